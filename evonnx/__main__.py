@@ -1,0 +1,5 @@
+"""`python -m evonnx` runs the command-line interface."""
+
+from evonnx.cli import main
+
+main()

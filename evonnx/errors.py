@@ -1,0 +1,38 @@
+"""The one exception family of evonnx.
+
+Every error a user can see is an `EvonnxError` whose message is one line that names what was wrong: the file,
+the node (name and op type), the input slot, the expected and found values.
+"""
+
+from __future__ import annotations
+
+
+class EvonnxError(Exception):
+    """Base of every error evonnx raises on purpose."""
+
+
+class InvalidModelError(EvonnxError):
+    """The input is not a valid model: unreadable file, failed checker, bad attribute, unsupported opset."""
+
+
+class UnsupportedError(EvonnxError):
+    """Valid ONNX that evonnx leaves to onnxruntime; raised only when the user asked for `--strict`."""
+
+
+class InternalError(EvonnxError):
+    """A broken invariant inside evonnx: a bug, never the user's fault."""
+
+
+class BuildError(EvonnxError):
+    """The kernel library could not be built (compiler missing or failing, headers unavailable)."""
+
+
+class VerificationError(EvonnxError):
+    """The optimized model does not reproduce onnxruntime's outputs on the original model."""
+
+
+def node_label(node: object) -> str:
+    """`'name' (OpType)` for messages; works on graphsurgeon and onnx nodes alike."""
+    name = getattr(node, "name", "") or "<unnamed>"
+    op = getattr(node, "op", None) or getattr(node, "op_type", "?")
+    return f"node '{name}' ({op})"

@@ -1,0 +1,302 @@
+"""Value expressions: what one element of a fused kernel's output is, in terms of loads from its inputs.
+
+Leaves are `Const`, `Load` (an input slot read at an index polynomial), `TableLoad` (a constant array baked
+into the kernel) and `IndexVal` (an integer computed from indices and sizes, e.g. Range or Shape elements).
+`Op` applies one ONNX elementwise operation. Constructors fold constants and index arithmetic with the same
+semantics the generated C and onnxruntime have (truncating integer division, wrap-around, IEEE floats), and never
+fold transcendental functions (their rounding is the kernel's business).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evonnx.index import Poly, floordiv, is_le, is_lt, is_nonneg
+
+FLOATS = ("float32", "float64")
+SIGNED = ("int8", "int16", "int32", "int64")
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+INTS = SIGNED + UNSIGNED
+DTYPES = FLOATS + INTS + ("bool",)
+
+# ONNX TensorProto element type codes
+ONNX_CODE = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "bool": 9,
+             "float64": 11, "uint32": 12, "uint64": 13}
+FROM_ONNX_CODE = {v: k for k, v in ONNX_CODE.items()}
+
+
+class Expr:
+    __slots__ = ()
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.value}:{self.dtype}"
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    slot: int
+    index: Poly
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"in{self.slot}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueTable:
+    name: str
+    dtype: str
+    values: tuple[float | int | bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TableLoad(Expr):
+    table: ValueTable
+    index: Poly
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.table.name}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexVal(Expr):
+    poly: Poly
+    dtype: str = "int64"
+
+    def __str__(self) -> str:
+        return f"({self.poly})"
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Expr):
+    op: str
+    args: tuple[Expr, ...]
+    dtype: str
+    attr: float | int | str | None = None  # Cast target, Mod's fmod, etc. when not in dtype
+
+    def __str__(self) -> str:
+        return f"{self.op}(" + ", ".join(str(a) for a in self.args) + ")"
+
+
+# -- op catalogue -----------------------------------------------------------------------------------------
+ARITH = {"add", "sub", "mul", "div", "mod", "pow", "min", "max"}
+COMPARE = {"eq", "lt", "le", "gt", "ge"}
+LOGIC = {"and", "or", "xor"}
+UNARY_EXACT = {"neg", "abs", "floor", "ceil", "round", "sqrt", "reciprocal", "relu", "sign", "not",
+               "isnan", "isinf"}
+UNARY_INEXACT = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus"}
+EXACT_OPS = ARITH - {"pow"} | COMPARE | LOGIC | UNARY_EXACT | {"where", "cast", "clip"}
+
+
+def is_exact(e: Expr) -> bool:
+    """True when every operation of `e` rounds exactly as onnxruntime does (IEEE basic arithmetic)."""
+    if isinstance(e, Op):
+        if e.op not in EXACT_OPS or (e.op == "mod" and e.dtype in FLOATS):
+            return False
+        return all(is_exact(a) for a in e.args)
+    return True
+
+
+def np_dtype(dtype: str) -> np.dtype:
+    return np.dtype(dtype)
+
+
+def const(value: object, dtype: str) -> Const:
+    v = np.asarray(value).astype(np_dtype(dtype)).item()
+    return Const(v, dtype)
+
+
+# -- constructors with folding ----------------------------------------------------------------------------
+def _trunc_div(a: int, b: int) -> int:
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _wrap(v: int, dtype: str) -> int:
+    return int(np.array(v & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64).astype(np_dtype(dtype)).item()) \
+        if dtype != "uint64" else v & 0xFFFFFFFFFFFFFFFF
+
+
+def _fold_binary(name: str, a: Const, b: Const, dtype: str) -> Const | None:
+    x, y = a.value, b.value
+    if name in COMPARE:
+        return Const(bool({"eq": x == y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[name]), "bool")
+    if name in LOGIC:
+        return Const(bool({"and": x and y, "or": x or y, "xor": bool(x) != bool(y)}[name]), "bool")
+    if dtype in FLOATS:
+        t = np_dtype(dtype).type
+        with np.errstate(all="ignore"):
+            r = {"add": lambda: t(x) + t(y), "sub": lambda: t(x) - t(y), "mul": lambda: t(x) * t(y),
+                 "div": lambda: t(x) / t(y), "min": lambda: t(min(x, y)), "max": lambda: t(max(x, y))}.get(name)
+            return Const(float(r()), dtype) if r else None
+    xi, yi = int(x), int(y)
+    r2 = {"add": lambda: xi + yi, "sub": lambda: xi - yi, "mul": lambda: xi * yi,
+          "div": lambda: _trunc_div(xi, yi), "min": lambda: min(xi, yi), "max": lambda: max(xi, yi)}.get(name)
+    return Const(_wrap(r2(), dtype), dtype) if r2 else None
+
+
+def index_val(p: Poly) -> Expr:
+    """An int64 value computed from sizes and indices; a constant when it is one."""
+    return Const(p.const, "int64") if p.const is not None else IndexVal(p)
+
+
+def _fold_index(name: str, a: Poly, b: Poly) -> Expr | None:
+    """Integer (int64) arithmetic on index values stays an index value."""
+    if name == "add":
+        return index_val(a + b)
+    if name == "sub":
+        return index_val(a - b)
+    if name == "mul":
+        return index_val(a * b)
+    if name == "div" and is_nonneg(a) and b.const is not None and b.const > 0:
+        return index_val(floordiv(a, b))
+    if name == "eq" and a == b:
+        return Const(True, "bool")
+    if name in ("lt", "ge"):
+        if is_lt(a, b):
+            return Const(name == "lt", "bool")
+        if is_le(b, a):
+            return Const(name == "ge", "bool")
+    if name in ("le", "gt"):
+        if is_le(a, b):
+            return Const(name == "le", "bool")
+        if is_lt(b, a):
+            return Const(name == "gt", "bool")
+    return None
+
+
+def _as_index(e: Expr) -> Poly | None:
+    if isinstance(e, IndexVal):
+        return e.poly
+    if isinstance(e, Const) and e.dtype == "int64":
+        return Poly.of(int(e.value))
+    return None
+
+
+def binary(name: str, a: Expr, b: Expr) -> Expr:
+    if a.dtype != b.dtype and name not in ("pow",):
+        raise TypeError(f"{name} of {a.dtype} and {b.dtype}")
+    dtype = "bool" if name in COMPARE | LOGIC else a.dtype
+    if isinstance(a, Const) and isinstance(b, Const):
+        folded = _fold_binary(name, a, b, dtype)
+        if folded is not None:
+            return folded
+    pa, pb = _as_index(a), _as_index(b)
+    if pa is not None and pb is not None:
+        folded2 = _fold_index(name, pa, pb)
+        if folded2 is not None:
+            return folded2
+    return Op(name, (a, b), dtype)
+
+
+def unary(name: str, a: Expr) -> Expr:
+    dtype = "bool" if name in ("not", "isnan", "isinf") else a.dtype
+    if isinstance(a, Const) and name in ("neg", "abs", "not", "relu") and a.dtype != "bool":
+        v = a.value
+        r = {"neg": lambda: -v, "abs": lambda: abs(v), "relu": lambda: max(v, 0)}[name]()
+        return const(r, dtype)
+    if isinstance(a, Const) and name == "not":
+        return Const(not a.value, "bool")
+    return Op(name, (a,), dtype)
+
+
+def where(c: Expr, a: Expr, b: Expr) -> Expr:
+    if c.dtype != "bool":
+        raise TypeError("Where condition must be bool")
+    if isinstance(c, Const):
+        return a if c.value else b
+    if a == b:
+        return a
+    return Op("where", (c, a, b), a.dtype)
+
+
+def cast(a: Expr, dtype: str) -> Expr:
+    if a.dtype == dtype:
+        return a
+    if isinstance(a, Const):
+        if dtype == "bool":
+            return Const(bool(a.value), "bool")
+        if a.dtype in FLOATS and dtype in INTS:
+            if not np.isfinite(a.value):
+                return Op("cast", (a,), dtype)
+            return const(int(a.value), dtype)  # C truncation
+        return const(a.value, dtype)
+    if isinstance(a, IndexVal) and dtype in INTS and dtype != "int64":
+        return Op("cast", (a,), dtype)
+    return Op("cast", (a,), dtype)
+
+
+def clip(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
+    out = x
+    if lo is not None:
+        out = Op("max", (out, lo), x.dtype)
+    if hi is not None:
+        out = Op("min", (out, hi), x.dtype)
+    return out
+
+
+def walk(e: Expr) -> list[Expr]:
+    """Every subexpression of `e`, children before parents, each once."""
+    seen: dict[Expr, None] = {}
+
+    def go(x: Expr) -> None:
+        if x in seen:
+            return
+        if isinstance(x, Op):
+            for a in x.args:
+                go(a)
+        seen[x] = None
+
+    go(e)
+    return list(seen)
+
+
+def guarded_where(c: Expr, a: Expr, b: Expr) -> Expr:
+    if isinstance(c, Const):
+        return a if c.value else b
+    return Op("where", (c, a, b), a.dtype, "guard")
+
+
+def substitute(e: Expr, mapping: dict) -> Expr:
+    """`e` with index atoms (loop variables) replaced by polynomials, folded again."""
+    from evonnx.index import subs
+
+    memo: dict[Expr, Expr] = {}
+
+    def go(x: Expr) -> Expr:
+        if x in memo:
+            return memo[x]
+        if isinstance(x, Load):
+            r: Expr = Load(x.slot, subs(x.index, mapping), x.dtype)
+        elif isinstance(x, TableLoad):
+            r = TableLoad(x.table, subs(x.index, mapping), x.dtype)
+        elif isinstance(x, IndexVal):
+            r = index_val(subs(x.poly, mapping))
+        elif isinstance(x, Op):
+            args = tuple(go(a) for a in x.args)
+            if x.op == "where":
+                r = guarded_where(*args) if x.attr == "guard" else where(*args)
+            elif x.op in COMPARE | LOGIC or (x.op in ("add", "sub", "mul", "div", "min", "max")):
+                r = binary(x.op, args[0], args[1])
+            elif x.op == "cast":
+                r = cast(args[0], x.dtype)
+            else:
+                r = Op(x.op, args, x.dtype, x.attr)
+        else:
+            r = x
+        memo[x] = r
+        return r
+
+    return go(e)

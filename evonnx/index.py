@@ -1,0 +1,516 @@
+"""Symbolic integer arithmetic for sizes and indices.
+
+A `Poly` is a polynomial with integer coefficients over *atoms*:
+- `Sym`: a size bound at run time (a dynamic batch `N`), always >= 0;
+- `Var`: a loop index in `[0, extent)`;
+- opaque atoms that do not simplify further: `FloorDiv`, `Mod`, `Min`, `Max` and `Lookup` (an entry of a
+  constant integer table, for Gather with constant indices).
+
+`floordiv` and `mod` use floor semantics (as Python does) and simplify with bounds: `(85*b + c) % 255` becomes
+`85*b + c` when `b < 3` and `c < 85` are known. This is what turns the div/mod chains of a general reshape back
+into plain strides. Every function returns a new value; nothing is mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+Monomial = tuple["Atom", ...]
+
+
+class Atom:
+    """Base of the atoms a polynomial is built on. Subclasses are frozen dataclasses."""
+
+    __slots__ = ()
+
+    def sort_key(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Sym(Atom):
+    """A size known only at run time, e.g. the `dim_param` of a dynamic batch."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Var(Atom):
+    """A loop index ranging over `[0, extent)`."""
+
+    name: str
+    extent: Poly
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class FloorDiv(Atom):
+    num: Poly
+    den: Poly
+
+    def __str__(self) -> str:
+        return f"fdiv({self.num}, {self.den})"
+
+
+@dataclass(frozen=True, slots=True)
+class Mod(Atom):
+    num: Poly
+    den: Poly
+
+    def __str__(self) -> str:
+        return f"fmod({self.num}, {self.den})"
+
+
+@dataclass(frozen=True, slots=True)
+class Min(Atom):
+    a: Poly
+    b: Poly
+
+    def __str__(self) -> str:
+        return f"min({self.a}, {self.b})"
+
+
+@dataclass(frozen=True, slots=True)
+class Max(Atom):
+    a: Poly
+    b: Poly
+
+    def __str__(self) -> str:
+        return f"max({self.a}, {self.b})"
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A constant integer table, referenced by `Lookup` atoms."""
+
+    name: str
+    values: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup(Atom):
+    table: Table
+    index: Poly
+
+    def __str__(self) -> str:
+        return f"{self.table.name}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Poly:
+    """Sum of `coefficient * product(atoms)`; `terms` is sorted and has no zero coefficients."""
+
+    terms: tuple[tuple[Monomial, int], ...] = ()
+
+    # -- construction -------------------------------------------------------------------------------------
+    @staticmethod
+    def of(x: PolyLike) -> Poly:
+        if isinstance(x, Poly):
+            return x
+        if isinstance(x, bool):
+            raise TypeError("bool is not an index")
+        if isinstance(x, int):
+            return Poly((((), x),)) if x else Poly()
+        if isinstance(x, Atom):
+            return Poly((((x,), 1),))
+        raise TypeError(f"cannot make an index polynomial of {type(x).__name__}")
+
+    @staticmethod
+    def _from(acc: Mapping[Monomial, int]) -> Poly:
+        items = [(m, c) for m, c in acc.items() if c]
+        items.sort(key=lambda mc: (len(mc[0]), tuple(a.sort_key() for a in mc[0])))
+        return Poly(tuple(items))
+
+    # -- inspection ---------------------------------------------------------------------------------------
+    @property
+    def const(self) -> int | None:
+        """The value when the polynomial is a constant, else None."""
+        if not self.terms:
+            return 0
+        if len(self.terms) == 1 and not self.terms[0][0]:
+            return self.terms[0][1]
+        return None
+
+    def atom(self) -> Atom | None:
+        """The atom when the polynomial is exactly `1 * atom`."""
+        if len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0][0]
+        return None
+
+    def atoms(self) -> set[Atom]:
+        """Every atom, including those nested inside opaque atoms and Var extents."""
+        out: set[Atom] = set()
+        for mono, _ in self.terms:
+            for a in mono:
+                out.add(a)
+                for inner in _children(a):
+                    out |= inner.atoms()
+        return out
+
+    def vars(self) -> set[Var]:
+        return {a for a in self.atoms() if isinstance(a, Var)}
+
+    def syms(self) -> set[Sym]:
+        return {a for a in self.atoms() if isinstance(a, Sym)}
+
+    def coefficient(self, atom: Atom) -> Poly | None:
+        """The factor multiplying `atom` when the polynomial is linear in it (None if not linear)."""
+        acc: dict[Monomial, int] = {}
+        for mono, c in self.terms:
+            n = mono.count(atom)
+            if n > 1 or any(atom in _nested_atoms(a) for a in mono if a != atom):
+                return None
+            if n == 1:
+                rest = list(mono)
+                rest.remove(atom)
+                acc[tuple(rest)] = acc.get(tuple(rest), 0) + c
+        return Poly._from(acc)
+
+    # -- arithmetic ---------------------------------------------------------------------------------------
+    def __add__(self, other: PolyLike) -> Poly:
+        acc = dict(self.terms)
+        for m, c in Poly.of(other).terms:
+            acc[m] = acc.get(m, 0) + c
+        return Poly._from(acc)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Poly:
+        return Poly(tuple((m, -c) for m, c in self.terms))
+
+    def __sub__(self, other: PolyLike) -> Poly:
+        return self + (-Poly.of(other))
+
+    def __rsub__(self, other: PolyLike) -> Poly:
+        return Poly.of(other) - self
+
+    def __mul__(self, other: PolyLike) -> Poly:
+        o = Poly.of(other)
+        acc: dict[Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in o.terms:
+                m = tuple(sorted(m1 + m2, key=Atom.sort_key))
+                acc[m] = acc.get(m, 0) + c1 * c2
+        return Poly._from(acc)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: PolyLike) -> Poly:
+        return floordiv(self, other)
+
+    def __mod__(self, other: PolyLike) -> Poly:
+        return mod(self, other)
+
+    def __str__(self) -> str:
+        if not self.terms:
+            return "0"
+        parts = []
+        for mono, c in self.terms:
+            body = "*".join(str(a) for a in mono)
+            if not mono:
+                parts.append(str(c))
+            elif c == 1:
+                parts.append(body)
+            elif c == -1:
+                parts.append(f"-{body}")
+            else:
+                parts.append(f"{c}*{body}")
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+PolyLike = Poly | int | Atom
+
+
+def _children(a: Atom) -> tuple[Poly, ...]:
+    if isinstance(a, Var):
+        return (a.extent,)
+    if isinstance(a, (FloorDiv, Mod)):
+        return (a.num, a.den)
+    if isinstance(a, (Min, Max)):
+        return (a.a, a.b)
+    if isinstance(a, Lookup):
+        return (a.index,)
+    return ()
+
+
+def _nested_atoms(a: Atom) -> set[Atom]:
+    out: set[Atom] = set()
+    for p in _children(a):
+        out |= p.atoms()
+    return out
+
+
+# -- constructors -----------------------------------------------------------------------------------------
+def var(name: str, extent: PolyLike) -> Poly:
+    """A loop index over `[0, extent)`; an index over one element is the constant 0."""
+    e = Poly.of(extent)
+    if e.const == 1:
+        return Poly()
+    return Poly.of(Var(name, e))
+
+
+def sym(name: str) -> Poly:
+    return Poly.of(Sym(name))
+
+
+def lookup(table: Table, index: PolyLike) -> Poly:
+    i = Poly.of(index)
+    if i.const is not None:
+        return Poly.of(table.values[i.const])
+    if len(set(table.values)) == 1:
+        return Poly.of(table.values[0])
+    return Poly.of(Lookup(table, i))
+
+
+# -- bounds and proofs ------------------------------------------------------------------------------------
+Bound = Poly | None
+
+
+def _atom_bounds(a: Atom, depth: int) -> tuple[Bound, Bound]:
+    if isinstance(a, Sym):
+        return Poly.of(a), Poly.of(a)
+    if isinstance(a, Var):
+        return Poly(), a.extent - 1
+    if isinstance(a, Lookup):
+        return Poly.of(min(a.table.values)), Poly.of(max(a.table.values))
+    if isinstance(a, Mod):
+        return Poly(), a.den - 1
+    if isinstance(a, FloorDiv):
+        lo, hi = bounds(a.num, depth)
+        d = a.den.const
+        if d is not None and d > 0:
+            lo = Poly.of(lo.const // d) if lo is not None and lo.const is not None else (
+                Poly() if lo is not None and is_nonneg(lo, depth) else None)
+            hi = Poly.of(hi.const // d) if hi is not None and hi.const is not None else hi
+            return lo, hi
+        if lo is not None and is_nonneg(lo, depth):
+            return Poly(), hi
+        return None, None
+    if isinstance(a, Min):
+        (alo, ahi), (blo, bhi) = bounds(a.a, depth), bounds(a.b, depth)
+        lo = Poly.of(min(alo.const, blo.const)) if (
+            alo is not None and blo is not None and alo.const is not None and blo.const is not None) else None
+        if lo is None and alo is not None and blo is not None and is_nonneg(alo, depth) and is_nonneg(blo, depth):
+            lo = Poly()
+        return lo, (ahi if ahi is not None else bhi)
+    if isinstance(a, Max):
+        (alo, ahi), (blo, bhi) = bounds(a.a, depth), bounds(a.b, depth)
+        hi = Poly.of(max(ahi.const, bhi.const)) if (
+            ahi is not None and bhi is not None and ahi.const is not None and bhi.const is not None) else None
+        return (alo if alo is not None else blo), hi
+    raise TypeError(f"unknown atom {a!r}")
+
+
+def bounds(p: PolyLike, depth: int = 0) -> tuple[Bound, Bound]:
+    """Lower and upper bounds of `p` as polynomials over size symbols (None when unbounded)."""
+    p = Poly.of(p)
+    if depth > 6:
+        return None, None
+    lo: Bound = Poly()
+    hi: Bound = Poly()
+    for mono, c in p.terms:
+        if not mono:
+            lo = lo + c if lo is not None else None
+            hi = hi + c if hi is not None else None
+            continue
+        if all(isinstance(a, Sym) for a in mono):
+            term = Poly(((mono, c),))
+            lo = lo + term if lo is not None else None
+            hi = hi + term if hi is not None else None
+            continue
+        abs_ = [_atom_bounds(a, depth + 1) for a in mono]
+        if len(mono) > 1 and not all(b[0] is not None and is_nonneg(b[0], depth + 1) for b in abs_):
+            lo = hi = None
+            break
+        mlo: Bound = Poly.of(c)
+        mhi: Bound = Poly.of(c)
+        for alo, ahi in abs_:
+            small, big = (alo, ahi) if c > 0 else (ahi, alo)
+            mlo = mlo * small if mlo is not None and small is not None else None
+            mhi = mhi * big if mhi is not None and big is not None else None
+        lo = lo + mlo if lo is not None and mlo is not None else None
+        hi = hi + mhi if hi is not None and mhi is not None else None
+    return lo, hi
+
+
+def is_nonneg(p: PolyLike, depth: int = 0) -> bool:
+    """True when `p >= 0` is proven for every value of the loop indices and sizes (sizes are >= 0)."""
+    p = Poly.of(p)
+    if p.const is not None:
+        return p.const >= 0
+    if all(isinstance(a, Sym) for m, _ in p.terms for a in m):
+        # Sizes are taken as >= 1 in proofs (a loop over an empty axis runs no iteration, and `infer` checks
+        # output sizes at run time): substitute s = s' + 1 and require every coefficient to be >= 0.
+        shifted = subs(p, {a: Poly.of(a) + 1 for a in p.syms()})
+        return all(c >= 0 for _, c in shifted.terms)
+    lo, _ = bounds(p, depth + 1)
+    return lo is not None and lo != p and is_nonneg(lo, depth + 1)
+
+
+def is_lt(a: PolyLike, b: PolyLike) -> bool:
+    """True when `a < b` is proven."""
+    return is_nonneg(Poly.of(b) - Poly.of(a) - 1)
+
+
+def is_le(a: PolyLike, b: PolyLike) -> bool:
+    return is_nonneg(Poly.of(b) - Poly.of(a))
+
+
+# -- floor division, modulo, min, max ---------------------------------------------------------------------
+def _split(p: Poly, d: Poly) -> tuple[Poly, Poly] | None:
+    """`p = d*q + r` where q collects the terms d divides exactly; None when d is not a monomial."""
+    if len(d.terms) != 1:
+        return None
+    dmono, dc = d.terms[0]
+    if dc <= 0:
+        return None
+    q: dict[Monomial, int] = {}
+    r: dict[Monomial, int] = {}
+    for mono, c in p.terms:
+        rest = list(mono)
+        ok = c % dc == 0
+        for a in dmono:
+            if ok and a in rest:
+                rest.remove(a)
+            else:
+                ok = False
+        if ok:
+            q[tuple(rest)] = q.get(tuple(rest), 0) + c // dc
+        else:
+            r[mono] = r.get(mono, 0) + c
+    return Poly._from(q), Poly._from(r)
+
+
+def floordiv(p: PolyLike, d: PolyLike) -> Poly:
+    p, d = Poly.of(p), Poly.of(d)
+    if d.const == 1:
+        return p
+    if d.const == 0:
+        raise ZeroDivisionError("index division by zero")
+    if p.const is not None and d.const is not None:
+        return Poly.of(p.const // d.const)
+    split = _split(p, d)
+    if split is None:
+        return Poly.of(FloorDiv(p, d))
+    q, r = split
+    if r.const is not None and d.const is not None:
+        return q + r.const // d.const
+    if is_nonneg(r) and is_lt(r, d):
+        return q
+    # fdiv(fdiv(x, a), b) == fdiv(x, a*b) for positive constants
+    inner = r.atom()
+    if isinstance(inner, FloorDiv) and inner.den.const and d.const and inner.den.const > 0 and d.const > 0:
+        return q + floordiv(inner.num, inner.den.const * d.const)
+    return q + Poly.of(FloorDiv(r, d)) if r.terms else q
+
+
+def mod(p: PolyLike, d: PolyLike) -> Poly:
+    p, d = Poly.of(p), Poly.of(d)
+    if d.const == 1:
+        return Poly()
+    if d.const == 0:
+        raise ZeroDivisionError("index modulo by zero")
+    if p.const is not None and d.const is not None:
+        return Poly.of(p.const % d.const)
+    split = _split(p, d)
+    r = p if split is None else split[1]
+    if r.const is not None and d.const is not None:
+        return Poly.of(r.const % d.const)
+    if is_nonneg(r) and is_lt(r, d):
+        return r
+    return Poly.of(Mod(r, d))
+
+
+def pmin(a: PolyLike, b: PolyLike) -> Poly:
+    a, b = Poly.of(a), Poly.of(b)
+    if is_le(a, b):
+        return a
+    if is_le(b, a):
+        return b
+    return Poly.of(Min(a, b))
+
+
+def pmax(a: PolyLike, b: PolyLike) -> Poly:
+    a, b = Poly.of(a), Poly.of(b)
+    if is_le(a, b):
+        return b
+    if is_le(b, a):
+        return a
+    return Poly.of(Max(a, b))
+
+
+# -- substitution and evaluation --------------------------------------------------------------------------
+def subs(p: PolyLike, mapping: Mapping[Atom, PolyLike]) -> Poly:
+    """Replace atoms (usually Vars) by polynomials and simplify again."""
+    p = Poly.of(p)
+    if not mapping:
+        return p
+    out = Poly()
+    for mono, c in p.terms:
+        term = Poly.of(c)
+        for a in mono:
+            term = term * _subs_atom(a, mapping)
+        out = out + term
+    return out
+
+
+def _subs_atom(a: Atom, mapping: Mapping[Atom, PolyLike]) -> Poly:
+    if a in mapping:
+        return Poly.of(mapping[a])
+    if isinstance(a, FloorDiv):
+        return floordiv(subs(a.num, mapping), subs(a.den, mapping))
+    if isinstance(a, Mod):
+        return mod(subs(a.num, mapping), subs(a.den, mapping))
+    if isinstance(a, Min):
+        return pmin(subs(a.a, mapping), subs(a.b, mapping))
+    if isinstance(a, Max):
+        return pmax(subs(a.a, mapping), subs(a.b, mapping))
+    if isinstance(a, Lookup):
+        return lookup(a.table, subs(a.index, mapping))
+    return Poly.of(a)
+
+
+def evaluate(p: PolyLike, env: Mapping[str, int]) -> int:
+    """The integer value of `p` with every Sym and Var named in `env`."""
+    p = Poly.of(p)
+    total = 0
+    for mono, c in p.terms:
+        v = c
+        for a in mono:
+            v *= _eval_atom(a, env)
+        total += v
+    return total
+
+
+def _eval_atom(a: Atom, env: Mapping[str, int]) -> int:
+    if isinstance(a, (Sym, Var)):
+        return env[a.name]
+    if isinstance(a, FloorDiv):
+        return evaluate(a.num, env) // evaluate(a.den, env)
+    if isinstance(a, Mod):
+        return evaluate(a.num, env) % evaluate(a.den, env)
+    if isinstance(a, Min):
+        return min(evaluate(a.a, env), evaluate(a.b, env))
+    if isinstance(a, Max):
+        return max(evaluate(a.a, env), evaluate(a.b, env))
+    if isinstance(a, Lookup):
+        return a.table.values[evaluate(a.index, env)]
+    raise TypeError(f"unknown atom {a!r}")
+
+
+def product(dims: Iterable[PolyLike]) -> Poly:
+    out = Poly.of(1)
+    for d in dims:
+        out = out * Poly.of(d)
+    return out
+
+

@@ -1,0 +1,151 @@
+"""The check that guards every write: onnxruntime on the original vs onnxruntime on the optimized model.
+
+Inputs are seeded and non-trivial. Symbolic dims are tried at several sizes (at least two when the model has
+any, so that a frozen sample size cannot pass). Outputs computed only by exact operations must match exactly
+(NaN == NaN, -0.0 == 0.0); others within per-dtype tolerances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from evonnx.errors import VerificationError
+
+RTOL = {"float32": 1e-4, "float64": 1e-9}
+ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
+SIZE_CANDIDATES = (3, 5, 64, 256, 1024)
+
+
+@dataclass
+class CheckResult:
+    runs: list[dict[str, int]] = field(default_factory=list)  # symbol sizes of each run
+    compared: int = 0  # output tensors compared
+    exact: int = 0  # of which required to match exactly
+    max_rel_err: float = 0.0
+
+    def __str__(self) -> str:
+        sizes = "; ".join(",".join(f"{k}={v}" for k, v in r.items()) or "static" for r in self.runs)
+        return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({sizes}), {self.exact} exact, "
+                f"max relative error {self.max_rel_err:.2g}")
+
+
+def _symbols(model: onnx.ModelProto) -> list[str]:
+    out: list[str] = []
+    for i in model.graph.input:
+        for k, d in enumerate(i.type.tensor_type.shape.dim):
+            name = d.dim_param if d.HasField("dim_param") else ("" if d.HasField("dim_value") else f"{i.name}:{k}")
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    init = {t.name for t in model.graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    for i in model.graph.input:
+        if i.name in init:
+            continue
+        tt = i.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if shapes and i.name in shapes:
+            shape = list(shapes[i.name])
+        else:
+            shape = []
+            for k, d in enumerate(tt.shape.dim):
+                key = d.dim_param if d.HasField("dim_param") else f"{i.name}:{k}"
+                shape.append(d.dim_value if d.HasField("dim_value") else sizes[key])
+        if np.issubdtype(dtype, np.floating):
+            arr = (rng.standard_normal(shape) * 2.0).astype(dtype)
+        elif dtype == np.bool_:
+            arr = rng.random(shape) < 0.5
+        else:
+            arr = rng.integers(0, 8, size=shape).astype(dtype)
+        feeds[i.name] = arr
+    return feeds
+
+
+def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: CheckResult) -> None:
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        raise VerificationError(f"output '{name}': optimized gives {got.dtype}{list(got.shape)}, "
+                                f"original {ref.dtype}{list(ref.shape)}")
+    result.compared += 1
+    if exact or ref.dtype.kind not in "fc":
+        result.exact += 1
+        same = np.array_equal(ref, got, equal_nan=ref.dtype.kind in "fc")
+        if not same:
+            bad = np.argwhere(~((ref == got) | (np.isnan(ref) & np.isnan(got)) if ref.dtype.kind in "fc"
+                                else ref == got))
+            first = tuple(int(x) for x in bad[0]) if bad.size else ()
+            raise VerificationError(f"output '{name}' must match exactly but differs at {len(bad)} positions, "
+                                    f"first {list(first)}: optimized {got[first]!r}, original {ref[first]!r}")
+        return
+    key = str(ref.dtype)
+    finite = np.isfinite(ref)
+    scale = float(np.max(np.abs(ref[finite]))) if finite.any() else 1.0
+    atol = ATOL_SCALE.get(key, 1e-3) * max(1.0, scale)
+    rtol = RTOL.get(key, 1e-3)
+    ok = np.isclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+    if not ok.all():
+        bad = np.argwhere(~ok)
+        first = tuple(int(x) for x in bad[0])
+        raise VerificationError(f"output '{name}' differs beyond tolerance (rtol {rtol}, atol {atol:.3g}) at "
+                                f"{len(bad)} positions, first {list(first)}: optimized {got[first]!r}, "
+                                f"original {ref[first]!r}")
+    with np.errstate(all="ignore"):
+        rel = np.abs(got[finite].astype(np.float64) - ref[finite]) / np.maximum(np.abs(ref[finite]), 1e-30)
+    if rel.size:
+        result.max_rel_err = max(result.max_rel_err, float(np.nanmax(np.where(np.abs(ref[finite]) > atol, rel, 0))))
+
+
+def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
+                 sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
+                 seed: int = 0) -> CheckResult:
+    """Run both models and compare; raises VerificationError on a mismatch or when no input set runs."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref_sess = ort.InferenceSession(original.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    so2 = ort.SessionOptions()
+    so2.log_severity_level = 3
+    so2.register_custom_ops_library(str(library))
+    try:
+        opt_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
+        raise VerificationError(f"onnxruntime cannot load the optimized model: {e}") from e
+    symbols = _symbols(original)
+    plans: list[dict[str, int]] = []
+    if sizes or shapes or not symbols:
+        plans.append(dict(sizes or {}))
+    wanted = 1 if plans else 2
+    result = CheckResult()
+    last_error = ""
+    for cand in ([None] if plans else SIZE_CANDIDATES):
+        run_sizes = plans[0] if cand is None else {s: cand for s in symbols}
+        feeds = make_inputs(original, {**{s: 3 for s in symbols}, **run_sizes}, seed + len(result.runs), shapes)
+        try:
+            refs = ref_sess.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - the original rejects these inputs: try other sizes
+            last_error = str(e).splitlines()[0]
+            continue
+        try:
+            gots = opt_sess.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            raise VerificationError(f"the optimized model fails where the original runs "
+                                    f"(sizes {run_sizes}): {str(e).splitlines()[0]}") from e
+        for out, ref, got in zip(original.graph.output, refs, gots):
+            _compare(out.name, np.asarray(ref), np.asarray(got), out.name in exact_outputs, result)
+        result.runs.append(run_sizes)
+        if len(result.runs) >= wanted:
+            break
+    if not result.runs:
+        raise VerificationError(f"cannot check: onnxruntime rejects every generated input for the original model "
+                                f"({last_error}); name input sizes with --dim or --input-shape")
+    return result

@@ -1,0 +1,382 @@
+"""C code generation: one kernel (infer + compute) per `KernelSpec`, in one source file per model.
+
+For each output, the iteration space is split into *pieces* wherever a Concat boundary (a guarded select on one
+loop index) falls, so no select survives inside a loop. A small last axis (<= 8, e.g. the 4 box coordinates) is
+unrolled and its elements share common subexpressions; the axis before it is the inner loop, which reads with
+constant strides that gcc vectorises. The outer axes and the inner loop are flattened into one range that
+`evo_run` splits into tasks on onnxruntime's thread pool.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from evonnx.expr import COMPARE, ONNX_CODE, Const, Expr, IndexVal, Load, Op, TableLoad, ValueTable, substitute, walk
+from evonnx.index import Atom, Lookup, Poly, Sym, Table, Var, is_le, subs, var
+from evonnx.records import KernelOutput, KernelSpec
+from evonnx.view import View
+from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
+
+_TEMPLATES = Path(__file__).with_name("templates")
+MAX_UNROLL = 8
+MAX_PIECES = 64
+
+
+def _template(name: str) -> Template:
+    return Template((_TEMPLATES / name).read_text())
+
+
+# -- pieces: splitting loops at Concat boundaries ---------------------------------------------------------
+def _split_points(e: Expr, vars_: Sequence[Var]) -> dict[Var, set[Poly]]:
+    """Loop positions where a select on a single loop index changes branch."""
+    out: dict[Var, set[Poly]] = {}
+    for x in walk(e):
+        if not (isinstance(x, Op) and x.op == "where" and isinstance(x.args[0], Op)):
+            continue
+        cond = x.args[0]
+        if cond.op not in COMPARE or not all(isinstance(a, IndexVal | Const) for a in cond.args):
+            continue
+        diff = _index(cond.args[0]) - _index(cond.args[1])
+        vs = [v for v in vars_ if v in diff.atoms()]
+        if len(vs) != 1:
+            continue
+        v = vs[0]
+        c = diff.coefficient(v)
+        if c is None or c.const not in (1, -1):
+            continue
+        rest = diff - Poly.of(v) * c.const
+        if rest.vars():
+            continue
+        point = -rest if c.const == 1 else rest  # where v + rest == 0
+        shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if c.const == 1 else (
+            {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
+        out.setdefault(v, set()).add(point + shift)
+        if cond.op == "eq":
+            out[v].add(point + 1)
+    return out
+
+
+def _index(e: Expr) -> Poly:
+    return e.poly if isinstance(e, IndexVal) else Poly.of(int(e.value))  # type: ignore[attr-defined]
+
+
+def _intervals(v: Var, points: set[Poly]) -> list[tuple[Poly, Poly]]:
+    inside = [p for p in points if is_le(0, p) and is_le(p, v.extent) and p.const != 0 and p != v.extent]
+    try:
+        ordered = sorted(set(inside), key=lambda p: _Order(p))
+    except _Unordered:
+        return [(Poly(), v.extent)]
+    bounds = [Poly()] + ordered + [v.extent]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if a != b]
+
+
+class _Unordered(Exception):
+    pass
+
+
+class _Order:
+    def __init__(self, p: Poly):
+        self.p = p
+
+    def __lt__(self, other: _Order) -> bool:
+        if is_le(self.p + 1, other.p):
+            return True
+        if is_le(other.p, self.p):
+            return False
+        raise _Unordered
+
+
+@dataclass
+class _Piece:
+    ranges: tuple[tuple[Poly, Poly], ...]  # per original axis: [lo, hi)
+
+
+def _pieces(o: KernelOutput) -> list[_Piece]:
+    vars_ = [a for p in o.index if (a := p.atom()) is not None and isinstance(a, Var)]
+    points = _split_points(o.expr, vars_)
+    per_axis: list[list[tuple[Poly, Poly]]] = []
+    for k, p in enumerate(o.index):
+        v = p.atom()
+        small = o.shape[k].const is not None and o.shape[k].const <= MAX_UNROLL  # unrolled instead
+        if isinstance(v, Var) and v in points and not small:
+            per_axis.append(_intervals(v, points[v]))
+        else:
+            per_axis.append([(Poly(), o.shape[k])])
+    combos = list(itertools.product(*per_axis))
+    if len(combos) > MAX_PIECES:
+        combos = [tuple((Poly(), d) for d in o.shape)]
+    return [_Piece(tuple(c)) for c in combos]
+
+
+# -- one task function per (output, piece) ----------------------------------------------------------------
+class _Kernel:
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        syms: set[Sym] = set()
+        for i in spec.inputs:
+            for d in i.shape:
+                syms |= d.syms()
+        for o in spec.outputs:
+            for d in o.shape:
+                syms |= d.syms()
+            for x in walk(o.expr):
+                for p in _polys(x):
+                    syms |= p.syms()
+        self.syms = sorted(syms, key=lambda s: s.name)
+        self.sym_names = {s: f"s{k}" for k, s in enumerate(self.syms)}
+        self.tables: dict[object, str] = {}
+        self.table_decls: list[str] = []
+        self.tasks: list[str] = []
+        self.runs: list[str] = []
+
+    def table(self, t: Table | ValueTable) -> str:
+        if t not in self.tables:
+            name = f"{self.spec.name}_t{len(self.tables)}"
+            self.tables[t] = name
+            if isinstance(t, Table):
+                vals = ", ".join(f"INT64_C({v})" for v in t.values)
+                self.table_decls.append(f"static const int64_t {name}[{len(t.values)}] = {{{vals}}};")
+            else:
+                vals = ", ".join(print_const(v, t.dtype) for v in t.values)
+                self.table_decls.append(f"static const {CTYPE[t.dtype]} {name}[{len(t.values)}] = {{{vals}}};")
+        return self.tables[t]
+
+    def collect_tables(self, e: Expr) -> None:
+        for x in walk(e):
+            if isinstance(x, TableLoad):
+                self.table(x.table)
+            for p in _polys(x):
+                for a in p.atoms():
+                    if isinstance(a, Lookup):
+                        self.table(a.table)
+
+    def add_output(self, oi: int, o: KernelOutput) -> None:
+        out_view = View.dense(o.shape)
+        for pi, piece in enumerate(_pieces(o)):
+            self._add_piece(oi, o, pi, piece, out_view)
+
+    def _add_piece(self, oi: int, o: KernelOutput, pi: int, piece: _Piece, out_view: View) -> None:
+        ext = [hi - lo for lo, hi in piece.ranges]
+        axes = [k for k, e in enumerate(ext) if e.const != 1]
+        unroll = None
+        if axes and ext[axes[-1]].const is not None and ext[axes[-1]].const <= MAX_UNROLL:  # type: ignore[operator]
+            unroll = axes.pop()
+        inner = axes.pop() if axes else None
+        outer = axes
+        # C loop variables of this piece: o<k> for outer axes, j for the inner one
+        cvars: dict[Var, str] = {}
+        base: dict[Atom, Poly] = {}
+        fixed: dict[Atom, Poly] = {}
+        for k, p in enumerate(o.index):
+            v = p.atom()
+            if not isinstance(v, Var):
+                continue
+            lo = piece.ranges[k][0]
+            if k == inner or k in outer:
+                nv = var(("j" if k == inner else f"o{k}"), ext[k])
+                a = nv.atom()
+                assert isinstance(a, Var)
+                cvars[a] = "j" if k == inner else f"o{k}"
+                base[v] = nv + lo
+            elif k != unroll:
+                fixed[v] = lo
+        roots: list[tuple[Poly, Expr]] = []
+        uvar = o.index[unroll].atom() if unroll is not None else None
+        for u in range(ext[unroll].const if unroll is not None else 1):  # type: ignore[union-attr]
+            mapping = {**base, **fixed}
+            if uvar is not None and unroll is not None:
+                mapping[uvar] = piece.ranges[unroll][0] + u
+            pos = subs(out_view.index(o.index), mapping)
+            roots.append((pos, substitute(o.expr, mapping)))
+        for _, e in roots:
+            self.collect_tables(e)
+        names = Names(cvars, self.sym_names, self.tables)
+        body = _body(roots, names, oi, o.dtype)
+        fname = f"{self.spec.name}_o{oi}_p{pi}"
+        rng = len(self.runs)
+        inner_ext = print_poly(ext[inner], names) if inner is not None else "INT64_C(1)"
+        unravel, advance = _odometer(outer, ext, names)
+        note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges) + ")"
+        if unroll is not None:
+            note += f", axis {unroll} unrolled"
+        self.tasks.append(_template("task.c").substitute(
+            kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=note, fname=fname,
+            range=rng, bindings=self._bindings(o), inner_extent=inner_ext, unravel=unravel, body=body,
+            advance=advance))
+        total = print_poly(_prod([ext[k] for k in outer] + ([ext[inner]] if inner is not None else [])), names)
+        cost = max(1, len(roots)) * max(1, _cost(roots))
+        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
+
+    def _bindings(self, o: KernelOutput) -> str:
+        lines = []
+        for k, i in enumerate(self.spec.inputs):
+            if i.dtype:
+                t = CTYPE[i.dtype]
+                lines.append(f"    const {t} *restrict in{k} = (const {t} *)c->in[{k}];")
+        for k, oo in enumerate(self.spec.outputs):
+            t = CTYPE[oo.dtype]
+            lines.append(f"    {t} *restrict out{k} = ({t} *)c->out[{k}];")
+        for s, n in self.sym_names.items():
+            lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
+        return "\n".join(lines)
+
+
+def _prod(ps: Sequence[Poly]) -> Poly:
+    out = Poly.of(1)
+    for p in ps:
+        out = out * p
+    return out
+
+
+def _polys(x: Expr) -> list[Poly]:
+    if isinstance(x, (Load, TableLoad)):
+        return [x.index]
+    if isinstance(x, IndexVal):
+        return [x.poly]
+    return []
+
+
+def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:
+    seen: set[Expr] = set()
+    for _, e in roots:
+        seen.update(x for x in walk(e) if isinstance(x, Op))
+    return max(1, len(seen) // max(1, len(roots)))
+
+
+def _odometer(outer: Sequence[int], ext: Sequence[Poly], names: Names) -> tuple[str, str]:
+    if not outer:
+        return "    (void)row;", ""
+    un = []
+    for k in reversed(outer):
+        d = print_poly(ext[k], names)
+        if k == outer[0]:
+            un.append(f"    int64_t o{k} = row;")
+        else:
+            un.append(f"    int64_t o{k} = row % {d};\n    row /= {d};")
+    adv = []
+    for n, k in enumerate(reversed(outer)):
+        indent = "        " + "    " * n
+        if k == outer[0]:
+            adv.append(f"{indent}++o{k};")
+        else:
+            adv.append(f"{indent}if (++o{k} == {print_poly(ext[k], names)}) {{\n{indent}    o{k} = 0;")
+    close = "".join("\n        " + "    " * n + "}" for n in range(len(outer) - 2, -1, -1))
+    return "\n".join(un), "\n".join(adv) + close
+
+
+def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str) -> str:
+    """Statements computing every root, with subexpressions used more than once in temporaries. Nodes reached
+    only through a guarded select branch are never hoisted: they may read out of range when not taken."""
+    uses: dict[Expr, int] = {}
+
+    def count(x: Expr, guarded: bool) -> None:
+        if guarded:
+            return
+        uses[x] = uses.get(x, 0) + 1
+        if uses[x] > 1 or not isinstance(x, Op):
+            return
+        for k, a in enumerate(x.args):
+            count(a, x.attr == "guard" and k > 0)
+
+    for _, e in roots:
+        count(e, False)
+    temps: dict[Expr, str] = {}
+    lines: list[str] = []
+
+    def sub(x: Expr) -> str:
+        if x in temps:
+            return temps[x]
+        return print_expr(x, names, sub)
+
+    order: list[Expr] = []
+    for _, e in roots:
+        order.extend(walk(e))
+    for x in dict.fromkeys(order):
+        if uses.get(x, 0) > 1 and isinstance(x, (Op, Load, TableLoad)):
+            code = print_expr(x, names, sub)
+            name = f"t{len(temps)}"
+            lines.append(f"            const {CTYPE[x.dtype]} {name} = {code};")
+            temps[x] = name
+    t = CTYPE[dtype]
+    for pos, e in roots:
+        lines.append(f"            out{oi}[{print_poly(pos, names)}] = ({t})({sub(e)});")
+    return "\n".join(lines)
+
+
+# -- whole kernels ----------------------------------------------------------------------------------------
+def _kernel_source(spec: KernelSpec) -> str:
+    k = _Kernel(spec)
+    for oi, o in enumerate(spec.outputs):
+        k.add_output(oi, o)
+    names = Names({}, k.sym_names, k.tables)
+    binding: dict[Sym, tuple[int, int]] = {}
+    for si, i in enumerate(spec.inputs):
+        for a, d in enumerate(i.shape):
+            s = d.atom()
+            if isinstance(s, Sym) and s not in binding:
+                binding[s] = (si, a)
+    missing = [s.name for s in k.syms if s not in binding]
+    if missing:
+        raise ValueError(f"kernel {spec.name}: size symbols {missing} are bound by no input")
+    sym_binding = "\n".join(f"    const int64_t {k.sym_names[s]} = in_dims[{si}][{a}];"
+                            for s, (si, a) in sorted(binding.items(), key=lambda x: k.sym_names[x[0]])
+                            if s in k.sym_names)
+    checks = []
+    for si, i in enumerate(spec.inputs):
+        for a, d in enumerate(i.shape):
+            if binding.get(d.atom()) == (si, a):  # type: ignore[arg-type]
+                continue
+            expect = print_poly(d, names)
+            checks.append(
+                f"    if (in_dims[{si}][{a}] != {expect}) {{\n"
+                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: input {si} ('{_c_str(i.name)}') dim {a} "
+                f"is %lld, expected %lld ({_c_str(str(d))})\",\n"
+                f"                 (long long)in_dims[{si}][{a}], (long long){expect});\n"
+                f"        return 1;\n    }}")
+    out_dims = []
+    for oi, o in enumerate(spec.outputs):
+        for a, d in enumerate(o.shape):
+            out_dims.append(f"    out_dims[{oi}][{a}] = {print_poly(d, names)};")
+    ctx_fill = [f"    c.in[{si}] = a->inputs[{si}];" for si in range(len(spec.inputs))]
+    ctx_fill += [f"    c.out[{oi}] = a->outputs[{oi}];" for oi in range(len(spec.outputs))]
+    ctx_fill += [f"    c.sym[{n}] = {k.sym_names[s]};" for n, s in enumerate(k.syms)]
+    io = [f" * in{si}: {_c_comment(i.name)} {i.dtype}[{', '.join(map(str, i.shape))}]"
+          for si, i in enumerate(spec.inputs)]
+    for oi, o in enumerate(spec.outputs):
+        io.append(f" * out{oi}: {_c_comment(o.name)} {o.dtype}[{', '.join(map(str, o.shape))}] reads "
+                  + _c_comment("; ".join(o.reads)))
+    return _template("kernel.c").substitute(
+        kernel=spec.name, nodes=_c_comment(", ".join(spec.source_nodes)), ops=" ".join(spec.source_ops),
+        io_comment="\n".join(io), n_in_alloc=max(1, len(spec.inputs)), n_out=len(spec.outputs),
+        n_sym_alloc=max(1, len(k.syms)), n_ranges=max(1, len(k.runs)),
+        tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""), tasks="".join(k.tasks),
+        sym_binding=sym_binding, checks="\n".join(checks), out_dims="\n".join(out_dims),
+        ctx_fill="\n".join(ctx_fill), runs="\n".join(k.runs),
+        in_types=", ".join(str(ONNX_CODE.get(i.dtype, 0)) for i in spec.inputs) or "0",
+        in_ranks=", ".join(str(len(i.shape)) for i in spec.inputs) or "0",
+        out_types=", ".join(str(ONNX_CODE[o.dtype]) for o in spec.outputs),
+        out_ranks=", ".join(str(len(o.shape)) for o in spec.outputs),
+        n_in=len(spec.inputs))
+
+
+def _c_comment(s: str) -> str:
+    return s.replace("*/", "* /")
+
+
+def _c_str(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def generate(specs: Sequence[KernelSpec], model_name: str) -> str:
+    """The C source of every kernel of one model, with the kernel table the runtime looks names up in."""
+    parts = [_template("prelude.c").substitute(model=_c_comment(model_name))]
+    parts.extend(_kernel_source(s) for s in specs)
+    table = ", ".join(f"&{s.name}_entry" for s in specs) or "0"
+    parts.append(f"\nconst evo_kernel *const evo_kernel_table[] = {{{table}}};\n"
+                 f"const int32_t evo_kernel_count = {len(specs)};\n"
+                 f"const char evo_library_model[] = \"{_c_str(model_name).replace('%%', '%')}\";\n")
+    return "".join(parts)

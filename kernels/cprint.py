@@ -1,0 +1,151 @@
+"""The one expression printer for C: index polynomials and value expressions.
+
+Index arithmetic is int64 with floor division and floor modulo through helpers (never C's truncating `/` and
+`%` on possibly negative values). Signed integer arithmetic wraps through unsigned casts, as onnxruntime's
+two's-complement arithmetic does, instead of C's undefined behaviour.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+
+from evonnx.expr import FLOATS, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, TableLoad
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
+
+CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
+         "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+         "bool": "uint8_t"}
+UTYPE = {"int64": "uint64_t", "int32": "uint32_t", "int16": "uint16_t", "int8": "uint8_t"}
+SUFFIX = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
+          "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "u8"}
+_MATH1 = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "sin": "sin", "cos": "cos", "sqrt": "sqrt",
+          "floor": "floor", "ceil": "ceil", "round": "rint"}
+
+
+class Names:
+    """C names of the atoms a kernel uses: loop variables, size symbols, tables."""
+
+    def __init__(self, vars_: dict[Var, str], syms: dict[Sym, str], tables: dict[object, str]):
+        self.vars = vars_
+        self.syms = syms
+        self.tables = tables  # index.Table and expr.ValueTable objects -> C array names
+
+
+def print_poly(p: Poly, names: Names) -> str:
+    if not p.terms:
+        return "0"
+    parts = []
+    for mono, c in p.terms:
+        factors = [_atom(a, names) for a in mono]
+        if not factors:
+            parts.append(f"INT64_C({c})")
+        elif c == 1:
+            parts.append("*".join(factors))
+        else:
+            parts.append(f"INT64_C({c})*" + "*".join(factors))
+    return "(" + " + ".join(parts) + ")"
+
+
+def _atom(a: Atom, names: Names) -> str:
+    if isinstance(a, Var):
+        return names.vars[a]
+    if isinstance(a, Sym):
+        return names.syms[a]
+    if isinstance(a, FloorDiv):
+        return f"evo_fdiv({print_poly(a.num, names)}, {print_poly(a.den, names)})"
+    if isinstance(a, Mod):
+        return f"evo_fmod({print_poly(a.num, names)}, {print_poly(a.den, names)})"
+    if isinstance(a, Min):
+        return f"evo_imin({print_poly(a.a, names)}, {print_poly(a.b, names)})"
+    if isinstance(a, Max):
+        return f"evo_imax({print_poly(a.a, names)}, {print_poly(a.b, names)})"
+    if isinstance(a, Lookup):
+        return f"{names.tables[a.table]}[{print_poly(a.index, names)}]"
+    raise TypeError(f"cannot print atom {a!r}")
+
+
+def print_const(value: float | int | bool, dtype: str) -> str:
+    if dtype in FLOATS:
+        v = float(value)
+        t = CTYPE[dtype]
+        if math.isnan(v):
+            return f"(({t})NAN)"
+        if math.isinf(v):
+            return f"(({t})INFINITY)" if v > 0 else f"(-({t})INFINITY)"
+        if dtype == "float32":
+            v = struct.unpack("f", struct.pack("f", v))[0]
+            return f"{v.hex()}f"
+        return v.hex()
+    if dtype == "bool":
+        return "1" if value else "0"
+    v = int(value)
+    if dtype == "int64":
+        return f"INT64_C({v})" if v != -(1 << 63) else "INT64_MIN"
+    if dtype == "uint64":
+        return f"UINT64_C({v})"
+    return f"(({CTYPE[dtype]}){v})"
+
+
+def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
+    """C for one expression node; `sub` prints its children (a temporary's name or the inline expression)."""
+    if isinstance(e, Const):
+        return print_const(e.value, e.dtype)
+    if isinstance(e, Load):
+        return f"in{e.slot}[{print_poly(e.index, names)}]"
+    if isinstance(e, TableLoad):
+        return f"{names.tables[e.table]}[{print_poly(e.index, names)}]"
+    if isinstance(e, IndexVal):
+        return print_poly(e.poly, names)
+    assert isinstance(e, Op)
+    a = [sub(x) for x in e.args]
+    src = e.args[0].dtype if e.args else e.dtype
+    t = CTYPE[e.dtype]
+    s = SUFFIX[src]
+    op = e.op
+    if op in ("add", "sub", "mul"):
+        sym_ = {"add": "+", "sub": "-", "mul": "*"}[op]
+        if src in SIGNED:
+            u = UTYPE[src]
+            return f"(({t})(({u}){a[0]} {sym_} ({u}){a[1]}))"
+        return f"(({t})({a[0]} {sym_} {a[1]}))" if src in INTS else f"({a[0]} {sym_} {a[1]})"
+    if op == "div":
+        return f"({a[0]} / {a[1]})" if src in FLOATS else f"evo_div_{s}({a[0]}, {a[1]})"
+    if op == "mod":
+        if src in FLOATS:
+            return f"{'fmodf' if src == 'float32' else 'fmod'}({a[0]}, {a[1]})"
+        return f"evo_{'tmod' if e.attr else 'pmod'}_{s}({a[0]}, {a[1]})"
+    if op == "pow":
+        return f"{'powf' if src == 'float32' else 'pow'}({a[0]}, {a[1]})"
+    if op in ("min", "max"):
+        return f"evo_{op}_{s}({a[0]}, {a[1]})"
+    if op in ("eq", "lt", "le", "gt", "ge"):
+        return f"({a[0]} {({'eq': '==', 'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>='})[op]} {a[1]})"
+    if op == "and":
+        return f"({a[0]} && {a[1]})"
+    if op == "or":
+        return f"({a[0]} || {a[1]})"
+    if op == "xor":
+        return f"(!{a[0]} != !{a[1]})"
+    if op == "not":
+        return f"(!{a[0]})"
+    if op == "where":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if op == "cast":
+        return f"(({t})({a[0]} != 0))" if e.dtype == "bool" else f"(({t}){a[0]})"
+    if op == "neg":
+        return f"(({t})(-({UTYPE[src]}){a[0]}))" if src in SIGNED else f"(-{a[0]})"
+    if op in ("abs", "relu", "sign"):
+        return f"evo_{op}_{s}({a[0]})"
+    if op == "reciprocal":
+        return f"({print_const(1, src)} / {a[0]})"
+    if op == "sigmoid":
+        return f"evo_sigmoid_{s}({a[0]})"
+    if op == "softplus":
+        return f"evo_softplus_{s}({a[0]})"
+    if op == "isnan":
+        return f"(isnan({a[0]}) != 0)"
+    if op in _MATH1:
+        return f"{_MATH1[op]}{'f' if src == 'float32' else ''}({a[0]})"
+    raise TypeError(f"cannot print operation {op}")

@@ -1,0 +1,42 @@
+
+/* ---------------------------------------------------------------------------------------------------------
+ * kernel $kernel
+ * source nodes: $nodes
+ * ops: $ops
+$io_comment
+ * ------------------------------------------------------------------------------------------------------- */
+typedef struct ${kernel}_ctx {
+    const void *in[$n_in_alloc];
+    void *out[$n_out];
+    int64_t sym[$n_sym_alloc];
+    evo_range ranges[$n_ranges];
+} ${kernel}_ctx;
+$tables$tasks
+static int ${kernel}_infer(const int64_t *const *in_dims, const int32_t *in_ranks, int64_t *const *out_dims,
+                           char *err) {
+    (void)in_ranks;
+$sym_binding
+$checks
+$out_dims
+    return 0;
+}
+
+static int ${kernel}_compute(const evo_args *a, char *err) {
+    (void)err;
+    const int64_t *const *in_dims = a->input_dims;
+$sym_binding
+    ${kernel}_ctx c;
+    memset(&c, 0, sizeof c);
+$ctx_fill
+$runs
+    return 0;
+}
+
+static const int32_t ${kernel}_in_types[] = {$in_types};
+static const int32_t ${kernel}_in_ranks[] = {$in_ranks};
+static const int32_t ${kernel}_out_types[] = {$out_types};
+static const int32_t ${kernel}_out_ranks[] = {$out_ranks};
+static const evo_kernel ${kernel}_entry = {
+    "$kernel", $n_in, $n_out, ${kernel}_in_types, ${kernel}_in_ranks, ${kernel}_out_types, ${kernel}_out_ranks,
+    ${kernel}_infer, ${kernel}_compute,
+};

@@ -1,0 +1,22 @@
+
+/* $kernel, output $output ('$tensor'), piece $piece: $extent_note */
+static void ${fname}(void *vctx, size_t task) {
+    const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
+    const evo_range *rg = &c->ranges[$range];
+$bindings
+    const int64_t ext = $inner_extent;
+    int64_t f = (int64_t)task * rg->per;
+    int64_t fend = f + rg->per < rg->total ? f + rg->per : rg->total;
+    int64_t j0 = f % ext;
+    int64_t row = f / ext;
+$unravel
+    while (f < fend) {
+        int64_t stop = j0 + (fend - f) < ext ? j0 + (fend - f) : ext;
+        for (int64_t j = j0; j < stop; ++j) {
+$body
+        }
+        f += stop - j0;
+        j0 = 0;
+$advance
+    }
+}

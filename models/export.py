@@ -1,0 +1,640 @@
+"""Export the detection post-processing models to ONNX, check them against PyTorch, write the manifest.
+
+Usage (from the repository root, with the export venv described in models/README.md):
+
+    python models/export.py                   # every model, into models/
+    python models/export.py --only delta2bbox --out /tmp/m
+
+Each model is exported, its IR version capped at 10, ``onnx.checker.check_model(full_check=True)`` run, and
+then it is run in onnxruntime on seeded, realistic inputs for every case in ``Spec.cases`` (the export shape
+first, then other batch sizes / feature-map sizes where the graph has symbolic dims) and compared with the
+PyTorch module. ``manifest.json`` is written with sorted keys and no timestamps, so reruns are byte-stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import detection as det  # noqa: E402  (sibling module; models/ is not a package)
+
+MAX_IR_VERSION = 10  # onnxruntime 1.31 reads IR ≤ 13; onnx 1.23 would stamp 14 on a fresh save
+SEED = 20240607
+
+Inputs = dict[str, torch.Tensor]
+Dims = dict[str, int]
+
+
+class ExportCheckError(RuntimeError):
+    """An exported model failed a check (numerics, shapes, or the expected presence of ScatterND)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# realistic input generators (a matching ``input_hints`` entry goes into the manifest)
+# ---------------------------------------------------------------------------------------------------------
+def _uniform(g: torch.Generator, shape: tuple[int, ...], lo: float, hi: float) -> torch.Tensor:
+    return torch.rand(shape, generator=g) * (hi - lo) + lo
+
+
+def _boxes(
+    g: torch.Generator, shape: tuple[int, ...], lo: float, hi_x: float, hi_y: float, min_wh: float = 4.0
+) -> torch.Tensor:
+    """x1y1x2y2 boxes with x2 > x1, y2 > y1: top-left uniform, log-uniform sizes in [min_wh, 512]."""
+    lead = shape[:-1]
+    x1 = _uniform(g, lead, lo, hi_x)
+    y1 = _uniform(g, lead, lo, hi_y)
+    w = torch.exp(_uniform(g, lead, math.log(min_wh), math.log(512.0)))
+    h = torch.exp(_uniform(g, lead, math.log(min_wh), math.log(512.0)))
+    return torch.stack([x1, y1, x1 + w, y1 + h], dim=-1)
+
+
+def _hint_boxes(lo: float, hi_x: float, hi_y: float, min_wh: float = 4.0) -> dict[str, Any]:
+    """Manifest hint for ``_boxes``: x1/y1 uniform in the ranges, w/h log-uniform in ``wh_range``."""
+    return {"kind": "boxes", "x1_range": [lo, hi_x], "y1_range": [lo, hi_y], "wh_range": [min_wh, 512.0]}
+
+
+def _grid_points(sizes: tuple[tuple[int, int], ...], strides: tuple[int, ...]) -> torch.Tensor:
+    """Anchor-free points (x, y) at cell centres, levels concatenated (mmdet MlvlPointGenerator, 0.5)."""
+    pts = []
+    for (h, w), s in zip(sizes, strides, strict=True):
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        pts.append(torch.stack([(xs.reshape(-1) + 0.5) * s, (ys.reshape(-1) + 0.5) * s], dim=-1))
+    return torch.cat(pts).float()
+
+
+HINT_NORMAL = {"kind": "normal", "mean": 0.0, "std": 1.0}
+HINT_SHAPE_ONLY = {"kind": "shape_only", "note": "values unused; only the shape matters"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# model specifications
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    make_module: Callable[[], nn.Module]
+    make_inputs: Callable[[torch.Generator, Dims], Inputs]
+    cases: tuple[Dims, ...]  # first case is the export shape
+    output_names: tuple[str, ...]
+    description: str
+    source: str
+    opset: int = 17
+    exporter: str = "torchscript"  # or "dynamo"
+    writes: bool = False
+    dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+    input_hints: dict[str, Any] = field(default_factory=dict)
+
+
+def _feats(g: torch.Generator, d: Dims, channels: int, bs: int = 1) -> Inputs:
+    return {f"feat{i}": torch.randn(bs, channels, d[f"H{i}"], d[f"W{i}"], generator=g) for i in range(3)}
+
+
+def _yolo_inputs(g: torch.Generator, d: Dims) -> Inputs:
+    return {f"x{i}": torch.randn(1, 3 * 85, d[f"H{i}"], d[f"W{i}"], generator=g) for i in range(3)}
+
+
+def _levels(h: int, w: int) -> Dims:
+    return {"H0": h // 8, "W0": w // 8, "H1": h // 16, "W1": w // 16, "H2": h // 32, "W2": w // 32}
+
+
+_LEVEL_AXES = {f"{p}{i}": {2: f"H{i}", 3: f"W{i}"} for p in ("feat", "x") for i in range(3)}
+
+
+def _valid_flags_inputs(g: torch.Generator, d: Dims) -> Inputs:
+    h, w = d["H"], d["W"]
+    n = h * w * 3
+    return {
+        "feat": torch.randn(1, 8, h, w, generator=g),
+        "anchors": _boxes(g, (n, 4), -100.0, w * 8 + 50.0, h * 8 + 50.0, min_wh=16.0),
+        "pad_shape": torch.tensor([h * 8 - 44, w * 8 - 50], dtype=torch.int64),
+        "img_shape": torch.tensor([h * 8 - 54, w * 8 - 60], dtype=torch.float32),
+    }
+
+
+def _delta2bbox_inputs(g: torch.Generator, d: Dims) -> Inputs:
+    b, n = d["B"], d["N"]
+    return {"rois": _boxes(g, (b, n, 4), 0.0, 1333.0, 800.0), "deltas": torch.randn(b, n, 4, generator=g)}
+
+
+def _distance2bbox_inputs(g: torch.Generator, d: Dims) -> Inputs:
+    b = d["B"]
+    points = _grid_points(((80, 80), (40, 40), (20, 20)), (8, 16, 32))
+    return {
+        "points": points,
+        "distance": _uniform(g, (b, points.shape[0], 4), 0.0, 200.0),
+        "max_shape": _uniform(g, (b, 2), 480.0, 640.0).round(),
+    }
+
+
+def _yolo_cases() -> tuple[Dims, ...]:
+    return (_levels(640, 640), _levels(480, 640), _levels(320, 256))
+
+
+SPECS: tuple[Spec, ...] = (
+    # ----------------------------------------------------------------------------- foundation set
+    Spec(
+        name="anchor_grid",
+        make_module=det.AnchorGrid,
+        make_inputs=lambda g, d: _feats(g, d, channels=8),
+        cases=(_levels(640, 640), _levels(512, 384), _levels(800, 1344)),
+        output_names=("anchors",),
+        dynamic_axes={**{f"feat{i}": _LEVEL_AXES[f"feat{i}"] for i in range(3)}, "anchors": {0: "A"}},
+        input_hints={f"feat{i}": HINT_SHAPE_ONLY for i in range(3)},
+        description="Multi-level anchors (RetinaNet P3-P5: 9 base anchors × H×W per level, strides 8/16/32) "
+        "generated in-graph from the feature maps' run-time shapes; 640×640 → 75,600 anchors.",
+        source="mmdet AnchorGenerator.gen_base_anchors + grid_priors / single_level_grid_priors",
+    ),
+    Spec(
+        name="valid_flags",
+        make_module=det.ValidFlags,
+        make_inputs=_valid_flags_inputs,
+        cases=({"H": 168, "W": 200}, {"H": 100, "W": 136}),
+        output_names=("inside_flags",),
+        opset=13,
+        dynamic_axes={"feat": {2: "H", 3: "W"}, "anchors": {0: "N"}, "inside_flags": {0: "N"}},
+        input_hints={
+            "feat": HINT_SHAPE_ONLY,
+            "anchors": {**_hint_boxes(-100.0, 1650.0, 1394.0, min_wh=16.0), "note": "N must equal H*W*3"},
+            "pad_shape": {"kind": "const", "value": [1300, 1550], "note": "(pad_h, pad_w) ≤ (8H, 8W)"},
+            "img_shape": {"kind": "const", "value": [1290.0, 1540.0], "note": "(img_h, img_w)"},
+        },
+        description="Anchor valid mask for one stride-8 level (168×200×3 = 100,800 anchors): arange<valid "
+        "masks, repeat-meshgrid, &, expand; then inside-image flags from anchor coordinates.",
+        source="mmdet AnchorGenerator.valid_flags/single_level_valid_flags (no writes) + anchor_inside_flags",
+    ),
+    Spec(
+        name="delta2bbox",
+        make_module=det.Delta2BBox,
+        make_inputs=_delta2bbox_inputs,
+        cases=({"B": 2, "N": 20000}, {"B": 1, "N": 20000}, {"B": 3, "N": 20000}),
+        output_names=("bboxes",),
+        dynamic_axes={"rois": {0: "B"}, "deltas": {0: "B"}, "bboxes": {0: "B"}},
+        input_hints={"rois": _hint_boxes(0.0, 1333.0, 800.0), "deltas": HINT_NORMAL},
+        description="Batched delta decoder (B symbolic, N=20,000): means/stds, step-4 slices, expand_as, "
+        "clamp(±log(1000/16)), exp, centre/size, clip to (800, 1333), stack.",
+        source="mmdet 2.x DeltaXYWHBBoxCoder.decode → delta2bbox (ONNX/dynamic_clip_for_onnx path)",
+    ),
+    Spec(
+        name="bbox2delta",
+        make_module=det.BBox2Delta,
+        make_inputs=lambda g, d: {
+            "proposals": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+            "gt": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+        },
+        cases=({"N": 100000},),
+        output_names=("deltas",),
+        opset=18,
+        input_hints={"proposals": _hint_boxes(0.0, 1333.0, 800.0), "gt": _hint_boxes(0.0, 1333.0, 800.0)},
+        description="Box encoder, N=100,000: centres/sizes of proposals and gt, (g-p)/pw, log(gw/pw), stack, "
+        "(d-means)/stds. Non-box (random normal) inputs give NaN from log of negatives.",
+        source="mmdet DeltaXYWHBBoxCoder.encode → bbox2delta",
+    ),
+    Spec(
+        name="distance2bbox",
+        make_module=det.Distance2BBox,
+        make_inputs=_distance2bbox_inputs,
+        cases=({"B": 8},),
+        output_names=("bboxes",),
+        input_hints={
+            "points": {
+                "kind": "grid_points",
+                "range": [0.0, 640.0],
+                "note": "cell centres of 80/40/20 grids",
+            },
+            "distance": {"kind": "uniform", "range": [0.0, 200.0]},
+            "max_shape": {"kind": "uniform", "range": [480.0, 640.0], "note": "(h, w) per image"},
+        },
+        description="Anchor-free decoder: points (8400, 2) ± distances (8, 8400, 4), stack, then clip with "
+        "cat/flip/unsqueeze of a per-image max_shape (8, 2) and two Where.",
+        source="mmdet distance2bbox (FCOS/GFL/YOLOv8 heads; tensor max_shape clip path)",
+    ),
+    Spec(
+        name="yolo_decode",
+        make_module=det.YoloDecode,
+        make_inputs=_yolo_inputs,
+        cases=_yolo_cases(),
+        output_names=("output",),
+        dynamic_axes={**{f"x{i}": _LEVEL_AXES[f"x{i}"] for i in range(3)}, "output": {1: "A"}},
+        input_hints={f"x{i}": HINT_NORMAL for i in range(3)},
+        description="YOLOv5 Detect decode, 3 levels (1, 255, H, W) → (1, 25200, 85) at 640×640: view, "
+        "permute, sigmoid, split, xy/wh with in-graph grids (H/W symbolic), cat.",
+        source="ultralytics yolov5 models/yolo.py Detect.forward + _make_grid (inplace=False, --dynamic)",
+    ),
+    Spec(
+        name="tblr2bbox",
+        make_module=det.TBLR2BBox,
+        make_inputs=lambda g, d: {
+            "priors": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+            "tblr": _uniform(g, (d["B"], d["N"], 4), 0.0, 0.5),
+            "max_shape": torch.tensor([800.0, 1333.0]),
+        },
+        cases=({"B": 2, "N": 8400},),
+        output_names=("bboxes",),
+        opset=13,
+        input_hints={
+            "priors": _hint_boxes(0.0, 1333.0, 800.0),
+            "tblr": {"kind": "uniform", "range": [0.0, 0.5]},
+            "max_shape": {"kind": "const", "value": [800.0, 1333.0], "note": "(h, w)"},
+        },
+        description="TBLR decoder: priors (8400, 4) with tblr (2, 8400, 4), normalizer 4, split/cat per "
+        "side, Clip with run-time max from a max_shape input.",
+        source="mmdet TBLRBBoxCoder.decode → tblr2bboxes (normalize_by_wh, dynamic_clip_for_onnx)",
+    ),
+    # ------------------------------------------------------------------------- EasyView hotspots, no writes
+    Spec(
+        name="gen_base_anchors",
+        make_module=det.GenBaseAnchors,
+        make_inputs=lambda g, d: {
+            "scales": torch.tensor([2 ** (i / d["S"]) for i in range(d["S"])]) * 4.0,
+            "ratios": torch.tensor([0.5, 1.0, 2.0][: d["R"]]),
+        },
+        cases=({"S": 3, "R": 3},),
+        output_names=("base_anchors",),
+        input_hints={
+            "scales": {"kind": "const", "value": [4.0, 5.0397, 6.3496], "note": "positive"},
+            "ratios": {"kind": "const", "value": [0.5, 1.0, 2.0], "note": "positive (sqrt)"},
+        },
+        description="Base anchors of one level (stride 8) from 3 octave scales × 3 ratios → (9, 4): sqrt, "
+        "reciprocal, outer products, view, stack. Tiny: measures launch overhead.",
+        source="mmdet AnchorGenerator.gen_single_level_base_anchors (EasyView gen_base_anchors hotspot)",
+    ),
+    Spec(
+        name="map_roi_levels",
+        make_module=det.MapRoiLevels,
+        make_inputs=lambda g, d: {
+            "rois": torch.cat([torch.zeros(d["N"], 1), _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0)], dim=1)
+        },
+        cases=({"N": 1000},),
+        output_names=("target_lvls",),
+        input_hints={"rois": {"kind": "rois", "note": "column 0 batch index, columns 1:5 boxes x1y1x2y2"}},
+        description="FPN level of 1000 rois (N, 5): column Gathers, sqrt of area, log2, floor, clamp, cast "
+        "to int64. Random normal rois give NaN (sqrt of negative) and an undefined cast.",
+        source="mmdet SingleRoIExtractor.map_roi_levels (EasyView map_roi_levels hotspot)",
+    ),
+    # ----------------------------------------------------------------------------- slice-assignment set
+    Spec(
+        name="offset2bbox_inplace",
+        make_module=det.Offset2BBoxInplace,
+        make_inputs=lambda g, d: {
+            "points": _uniform(g, (d["N"], 2), 0.0, 800.0),
+            "offsets": torch.randn(d["N"], 4, generator=g) * 4.0,
+        },
+        cases=({"N": 4000}, {"N": 3000}),
+        output_names=("boxes",),
+        writes=True,
+        dynamic_axes={"points": {0: "N"}, "offsets": {0: "N"}, "boxes": {0: "N"}},
+        input_hints={
+            "points": {"kind": "uniform", "range": [0.0, 800.0]},
+            "offsets": {"kind": "normal", "mean": 0.0, "std": 4.0},
+        },
+        description="Point+offset decoder writing boxes[:, 0::2] and boxes[:, 1::2] of a new_zeros "
+        "(N, 4), N=4000 (symbolic).",
+        source="EasyView offset2bbox hotspot (decoder with slice assignment, 4000×4)",
+    ),
+    Spec(
+        name="valid_flags_inplace",
+        make_module=det.ValidFlagsInplace,
+        make_inputs=lambda g, d: {"feat": torch.randn(1, 8, d["H"], d["W"], generator=g)},
+        cases=({"H": 168, "W": 200}, {"H": 176, "W": 208}),
+        output_names=("valid",),
+        writes=True,
+        dynamic_axes={"feat": {2: "H", 3: "W"}, "valid": {0: "N"}},
+        input_hints={"feat": {**HINT_SHAPE_ONLY, "min_shape": [1, 1, 163, 194]}},
+        description="Valid mask of one stride-8 level (168×200×3 = 100,800): zeros(bool) with "
+        "valid_x[:194] = 1, valid_y[:163] = 1 (constants from pad_shape), repeat-meshgrid, &, expand. "
+        "H ≥ 163 and W ≥ 194 are required at run time (the write indices are export-time constants).",
+        source="mmdet 2.x AnchorGenerator.single_level_valid_flags (as written)",
+    ),
+    Spec(
+        name="clamp_inplace",
+        make_module=det.ClampInplace,
+        make_inputs=lambda g, d: {"boxes": _boxes(g, (d["N"], 4), -100.0, 1333.0, 800.0)},
+        cases=({"N": 100000}, {"N": 1000}),
+        output_names=("clamped",),
+        opset=13,
+        writes=True,
+        dynamic_axes={"boxes": {0: "N"}, "clamped": {0: "N"}},
+        input_hints={"boxes": _hint_boxes(-100.0, 1333.0, 800.0)},
+        description="boxes[:, 0::2] = boxes[:, 0::2].clamp(0, 1333); boxes[:, 1::2] = ....clamp(0, 800) on "
+        "(100000, 4).",
+        source="torchvision clip_boxes_to_image / mmdet bbox clip, slice-assignment form",
+    ),
+    Spec(
+        name="yolov5_inplace_decode",
+        make_module=det.Yolov5InplaceDecode,
+        make_inputs=_yolo_inputs,
+        cases=_yolo_cases(),
+        output_names=("output",),
+        opset=13,
+        writes=True,
+        dynamic_axes={**{f"x{i}": _LEVEL_AXES[f"x{i}"] for i in range(3)}, "output": {1: "A"}},
+        input_hints={f"x{i}": HINT_NORMAL for i in range(3)},
+        description="YOLOv5 Detect decode with inplace=True: y[..., 0:2] = ...; y[..., 2:4] = ... per level "
+        "(ScatterND), 3 levels → (1, 25200, 85) at 640×640, H/W symbolic.",
+        source="ultralytics yolov5 models/yolo.py Detect.forward (inplace=True, export --inplace --dynamic)",
+    ),
+    Spec(
+        name="delta2bbox_inplace",
+        make_module=det.BoxCoderDecodeInplace,
+        make_inputs=lambda g, d: {
+            "rel_codes": torch.randn(d["N"], 4 * d["C"], generator=g),
+            "boxes": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+        },
+        cases=({"N": 1000, "C": 81}, {"N": 300, "C": 81}),
+        output_names=("pred_boxes",),
+        writes=True,
+        dynamic_axes={"rel_codes": {0: "N"}, "boxes": {0: "N"}, "pred_boxes": {0: "N"}},
+        input_hints={"rel_codes": HINT_NORMAL, "boxes": _hint_boxes(0.0, 1333.0, 800.0)},
+        description="R-CNN class-specific box decoder, 1000 proposals × 81 classes (N symbolic): step-4 "
+        "slices, clamp, exp, four writes pred_boxes[:, k::4] = ... into zeros_like (1000, 324).",
+        source="maskrcnn-benchmark BoxCoder.decode (the eager delta2bbox EasyView measured)",
+    ),
+    # ----------------------------------------------------------------------------- dynamo exporter variants
+    Spec(
+        name="delta2bbox_dynamo",
+        make_module=det.Delta2BBox,
+        make_inputs=_delta2bbox_inputs,
+        cases=({"B": 2, "N": 20000}, {"B": 1, "N": 20000}, {"B": 3, "N": 20000}),
+        output_names=("bboxes",),
+        opset=18,
+        exporter="dynamo",
+        dynamic_axes={"rois": {0: "B"}, "deltas": {0: "B"}, "bboxes": {0: "B"}},
+        input_hints={"rois": _hint_boxes(0.0, 1333.0, 800.0), "deltas": HINT_NORMAL},
+        description="Same function as delta2bbox, exported by the torch.export-based (dynamo) exporter with "
+        "symbolic batch B.",
+        source="mmdet 2.x DeltaXYWHBBoxCoder.decode → delta2bbox (ONNX/dynamic_clip_for_onnx path)",
+    ),
+    Spec(
+        name="yolo_decode_dynamo",
+        make_module=det.YoloDecode,
+        make_inputs=_yolo_inputs,
+        cases=_yolo_cases(),
+        output_names=("output",),
+        opset=18,
+        exporter="dynamo",
+        dynamic_axes={**{f"x{i}": _LEVEL_AXES[f"x{i}"] for i in range(3)}, "output": {1: "A"}},
+        input_hints={f"x{i}": HINT_NORMAL for i in range(3)},
+        description="Same function as yolo_decode, exported by the dynamo exporter with symbolic H/W.",
+        source="ultralytics yolov5 models/yolo.py Detect.forward + _make_grid (inplace=False, --dynamic)",
+    ),
+    Spec(
+        name="distance2bbox_dynamo",
+        make_module=det.Distance2BBox,
+        make_inputs=_distance2bbox_inputs,
+        cases=({"B": 8},),
+        output_names=("bboxes",),
+        opset=18,
+        exporter="dynamo",
+        input_hints={
+            "points": {
+                "kind": "grid_points",
+                "range": [0.0, 640.0],
+                "note": "cell centres of 80/40/20 grids",
+            },
+            "distance": {"kind": "uniform", "range": [0.0, 200.0]},
+            "max_shape": {"kind": "uniform", "range": [480.0, 640.0], "note": "(h, w) per image"},
+        },
+        description="Same function as distance2bbox, exported by the dynamo exporter (static shapes).",
+        source="mmdet distance2bbox (FCOS/GFL/YOLOv8 heads; tensor max_shape clip path)",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# export, check, describe
+# ---------------------------------------------------------------------------------------------------------
+def _export(spec: Spec, module: nn.Module, inputs: Inputs, path: Path) -> None:
+    args = tuple(inputs.values())
+    names = list(inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings about traced shapes are expected here
+        if spec.exporter == "torchscript":
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                dynamo=False,
+                input_names=names,
+                output_names=list(spec.output_names),
+                opset_version=spec.opset,
+                dynamic_axes=spec.dynamic_axes or None,
+                do_constant_folding=True,
+            )
+        elif spec.exporter == "dynamo":
+            dims: dict[str, torch.export.Dim] = {}
+            shapes: dict[str, dict[int, torch.export.Dim] | None] = {}
+            for name in names:
+                axes = spec.dynamic_axes.get(name)
+                shapes[name] = (
+                    {a: dims.setdefault(s, torch.export.Dim(s)) for a, s in axes.items()} if axes else None
+                )
+            program = torch.onnx.export(
+                module,
+                args,
+                dynamo=True,
+                input_names=names,
+                output_names=list(spec.output_names),
+                opset_version=spec.opset,
+                dynamic_shapes=shapes if dims else None,
+                external_data=False,
+                optimize=True,
+                verbose=False,
+            )
+            if program is None:
+                raise ExportCheckError(f"{spec.name}: the dynamo exporter returned no program")
+            program.save(str(path), external_data=False)
+        else:
+            raise ValueError(f"{spec.name}: unknown exporter {spec.exporter!r}")
+
+
+def _finalize(path: Path, out: Path) -> onnx.ModelProto:
+    model = onnx.load(str(path))
+    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    # Keep the file reproducible: the dynamo exporter stamps every node with metadata (FX node, stack trace
+    # with absolute paths); neither exporter's doc strings carry meaning for evonnx.
+    del model.metadata_props[:]
+    model.ClearField("doc_string")
+    for node in model.graph.node:
+        del node.metadata_props[:]
+        node.ClearField("doc_string")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(out))
+    return model
+
+
+def _compare(ref: np.ndarray, got: np.ndarray) -> tuple[float, bool]:
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        raise ExportCheckError(
+            f"shape/dtype mismatch: torch {ref.shape} {ref.dtype}, onnx {got.shape} {got.dtype}"
+        )
+    if ref.dtype == np.bool_:
+        mismatches = int(np.count_nonzero(ref != got))
+        return float(mismatches), mismatches == 0
+    finite = np.isfinite(ref) & np.isfinite(got)
+    nonfinite = ~finite
+    same_nonfinite = np.array_equal(np.isnan(ref), np.isnan(got)) and np.array_equal(
+        ref[nonfinite], got[nonfinite]
+    )
+    diff = float(np.max(np.abs(ref[finite] - got[finite]), initial=0.0))
+    scale = float(np.max(np.abs(ref[finite]), initial=1.0))
+    return diff, same_nonfinite and diff <= 1e-6 * max(scale, 1.0) + 1e-6
+
+
+def _dims_of(vi: onnx.ValueInfoProto) -> list[int | str]:
+    return [d.dim_param if d.dim_param else d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+
+def _io(vi: onnx.ValueInfoProto, example: tuple[int, ...] | None) -> dict[str, Any]:
+    elem = vi.type.tensor_type.elem_type
+    entry: dict[str, Any] = {
+        "name": vi.name,
+        "dtype": np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).name,
+        "shape": _dims_of(vi),
+    }
+    if example is not None:
+        entry["example_shape"] = list(example)
+    return entry
+
+
+def _pin_generated_dims(model: onnx.ModelProto, spec: Spec, out_shapes: list[list[tuple[int, ...]]]) -> bool:
+    """Replace exporter-invented output dim names (``Concatoutput_dim_2``) by the size every case produced.
+
+    The TorchScript exporter names every output dim it could not infer once any output axis is dynamic.
+    A dim is pinned only when it is not one of the spec's symbolic axes and all checked cases agree on it.
+    """
+    changed = False
+    for k, vi in enumerate(model.graph.output):
+        declared = set(spec.dynamic_axes.get(vi.name, {}).values())
+        for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
+            if not dim.dim_param or dim.dim_param in declared:
+                continue
+            sizes = {shapes[k][axis] for shapes in out_shapes}
+            if len(sizes) == 1 and "_dim_" in dim.dim_param:
+                dim.dim_value = sizes.pop()  # clears dim_param (oneof)
+                changed = True
+    return changed
+
+
+def _run_spec(spec: Spec, out: Path) -> dict[str, Any]:
+    torch.manual_seed(SEED)
+    module = spec.make_module().eval()
+    path = out / f"{spec.name}.onnx"
+    example = spec.make_inputs(torch.Generator().manual_seed(SEED), spec.cases[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.onnx"
+        _export(spec, module, {k: v.clone() for k, v in example.items()}, raw)
+        model = _finalize(raw, path)
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    checked = []
+    out_shapes: list[list[tuple[int, ...]]] = []
+    for case in spec.cases:
+        inputs = spec.make_inputs(torch.Generator().manual_seed(SEED), case)
+        with torch.no_grad():
+            ref = module(*(v.clone() for v in inputs.values()))
+        refs = ref if isinstance(ref, tuple) else (ref,)
+        got = sess.run(None, {k: v.numpy() for k, v in inputs.items()})
+        for name, r, o in zip(spec.output_names, refs, got, strict=True):
+            diff, ok = _compare(r.numpy(), o)
+            shapes = {k: list(v.shape) for k, v in inputs.items()}
+            print(f"  {spec.name} {shapes} {name}{list(o.shape)}: max_abs_diff={diff:.3g}")
+            if not ok:
+                raise ExportCheckError(f"{spec.name}: onnxruntime differs from PyTorch on {shapes} ({diff})")
+        checked.append({k: list(v.shape) for k, v in inputs.items()})
+        out_shapes.append([tuple(o.shape) for o in got])
+
+    if _pin_generated_dims(model, spec, out_shapes):
+        onnx.checker.check_model(model, full_check=True)
+        onnx.save(model, str(path))
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        got = sess.run(None, {k: v.numpy() for k, v in example.items()})
+        if [tuple(o.shape) for o in got] != out_shapes[0]:
+            raise ExportCheckError(f"{spec.name}: output shapes changed after pinning dims")
+
+    ops = collections.Counter(f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node)
+    example_outputs = [tuple(o.shape) for o in sess.run(None, {k: v.numpy() for k, v in example.items()})]
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    return {
+        "name": spec.name,
+        "file": path.name,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "size_bytes": path.stat().st_size,
+        "opset": opset,
+        "ir_version": model.ir_version,
+        "exporter": spec.exporter,  # "torchscript" = torch.onnx.export(dynamo=False); "dynamo" = True
+        "torch_version": torch.__version__,
+        "inputs": [_io(vi, tuple(example[vi.name].shape)) for vi in model.graph.input],
+        "outputs": [_io(vi, shp) for vi, shp in zip(model.graph.output, example_outputs, strict=True)],
+        "checked_cases": checked,
+        "input_hints": spec.input_hints,
+        "description": spec.description,
+        "source": spec.source,
+        "writes": spec.writes,
+        "node_count": len(model.graph.node),
+        "initializer_count": len(model.graph.initializer),
+        "op_histogram": dict(sorted(ops.items())),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
+    parser.add_argument("--only", action="append", metavar="NAME", help="export only NAME (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
+    args = parser.parse_args(argv)
+
+    known = {s.name for s in SPECS}
+    unknown = set(args.only or ()) - known
+    if unknown:
+        parser.error(f"unknown model(s) {sorted(unknown)}; known: {sorted(known)}")
+    specs = [s for s in SPECS if not args.only or s.name in args.only]
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(min(8, os.cpu_count() or 1))
+
+    manifest_path = args.out / "manifest.json"
+    entries: dict[str, Any] = {}
+    if args.only and manifest_path.exists():  # refresh only the named models
+        entries = {m["name"]: m for m in json.loads(manifest_path.read_text())["models"]}
+    for spec in specs:
+        print(f"[{spec.name}] exporting ({spec.exporter}, opset {spec.opset})")
+        entry = _run_spec(spec, args.out)
+        writes_scatter = any(op.startswith("Scatter") for op in entry["op_histogram"])
+        if writes_scatter != spec.writes:
+            raise ExportCheckError(
+                f"{spec.name}: writes={spec.writes} but op histogram {entry['op_histogram']}"
+            )
+        entries[spec.name] = entry
+        size_kb = entry["size_bytes"] / 1024
+        print(f"  nodes={entry['node_count']} size={size_kb:.1f} KB ops={entry['op_histogram']}")
+
+    order = {s.name: i for i, s in enumerate(SPECS)}
+    manifest = {
+        "generator": "models/export.py",
+        "seed": SEED,
+        "models": sorted(entries.values(), key=lambda m: order.get(m["name"], len(order))),
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    print(f"wrote {manifest_path} ({len(entries)} models)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

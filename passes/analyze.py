@@ -1,0 +1,208 @@
+"""Symbolic shape and value analysis: every tensor's element type, symbolic shape and, when it is known at plan
+time, its value (constants, and shape arithmetic such as `Shape -> Gather -> Unsqueeze -> Concat`).
+
+Precondition: a checked model with ONNX shape inference applied. Postcondition: an `Analysis` with a
+`TensorInfo` per tensor and, per node, either its standalone lowering or the `Reject` that explains why it is
+left to onnxruntime. The graph is not modified.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from evonnx import expr as E
+from evonnx.index import Poly, sym
+from evonnx.passes import lazy as L
+from evonnx.passes.lazy import Lazy, Reject
+from evonnx.passes.lower_ops import LOWER, Known, lower_node
+
+log = logging.getLogger(__name__)
+
+MAX_KNOWN = 4096  # elements: larger constants stay data, read by kernels as inputs
+MAX_DERIVED = 64  # elements: computed tensors this small get their values extracted at plan time
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dtype: str | None  # numpy name, or None when evonnx does not handle the element type
+    shape: tuple[Poly, ...] | None  # None when the rank is unknown
+    known: Known | None = None
+
+
+@dataclass
+class Analysis:
+    tensors: dict[str, TensorInfo]
+    lowered: dict[str, list[Lazy] | Reject]  # by node name
+    sym_origin: dict[str, tuple[str, int]] = field(default_factory=dict)  # symbol -> (tensor, axis)
+    dim_params: set[str] = field(default_factory=set)  # symbols that are graph-input dim_params
+
+    def info(self, t: gs.Tensor) -> TensorInfo | None:
+        return self.tensors.get(t.name)
+
+
+def _np_name(dtype: object) -> str | None:
+    try:
+        name = str(np.dtype(dtype))  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    return name if name in E.DTYPES else None
+
+
+def known_from_array(arr: np.ndarray) -> Known | None:
+    dtype = _np_name(arr.dtype)
+    if dtype is None or arr.size > MAX_KNOWN:
+        return None
+    flat = arr.reshape(-1)
+    return Known(dtype, tuple(int(d) for d in arr.shape), tuple(E.const(v, dtype) for v in flat.tolist()))
+
+
+def _extract(lz: Lazy) -> Known | None:
+    dims = [d.const for d in lz.shape]
+    if any(d is None for d in dims) or int(np.prod(dims)) > MAX_DERIVED:
+        return None
+    out = []
+    for flat in range(int(np.prod(dims))):
+        idx = np.unravel_index(flat, dims) if dims else ()
+        e = lz.at([int(i) for i in idx])
+        if isinstance(e, E.Const) or (isinstance(e, E.IndexVal) and lz.dtype == "int64"):
+            out.append(e)
+        else:
+            return None
+    return Known(lz.dtype, tuple(int(d) for d in dims), tuple(out))  # type: ignore[arg-type]
+
+
+class _Symbols:
+    """Size symbols: graph-input dim_params keep their name; unknown dims get a fresh one with its origin."""
+
+    def __init__(self, an: Analysis):
+        self.an = an
+
+    def dim(self, d: object, tensor: str, axis: int) -> Poly:
+        if isinstance(d, (int, np.integer)) and int(d) >= 0:
+            return Poly.of(int(d))
+        if isinstance(d, str) and d and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", d):
+            self.an.sym_origin.setdefault(d, (tensor, axis))
+            return sym(d)
+        name = f"{re.sub(r'[^A-Za-z0-9_]', '_', tensor)}__{axis}"
+        self.an.sym_origin.setdefault(name, (tensor, axis))
+        return sym(name)
+
+    def shape(self, t: gs.Tensor) -> tuple[Poly, ...] | None:
+        if t.shape is None:
+            return None
+        return tuple(self.dim(d, t.name, k) for k, d in enumerate(t.shape))
+
+
+def _constant_node_value(node: gs.Node) -> np.ndarray | None:
+    a = node.attrs
+    if "value" in a:
+        return np.asarray(getattr(a["value"], "values", a["value"]))
+    for key, dt in (("value_float", np.float32), ("value_int", np.int64), ("value_floats", np.float32),
+                    ("value_ints", np.int64)):
+        if key in a:
+            return np.asarray(a[key], dtype=dt)
+    return None
+
+
+def _run_const_node(node: gs.Node, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray] | None:
+    """Evaluate a node whose inputs are all constants with onnxruntime (its own semantics)."""
+    import onnxruntime as ort
+
+    try:
+        inputs = [onnx.helper.make_tensor_value_info(f"i{k}", onnx.helper.np_dtype_to_tensor_dtype(a.dtype),
+                                                     a.shape) for k, a in enumerate(arrays) if a is not None]
+        names = [f"i{k}" if a is not None else "" for k, a in enumerate(arrays)]
+        outs = [onnx.helper.make_empty_tensor_value_info(f"o{k}") for k in range(len(node.outputs))]
+        attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, (gs.Graph, gs.Tensor))}
+        n = onnx.helper.make_node(node.op, names, [o.name for o in outs], domain=node.domain or "", **attrs)
+        g = onnx.helper.make_graph([n], "fold", inputs, outs)
+        m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        feed = {f"i{k}": a for k, a in enumerate(arrays) if a is not None}
+        return [np.asarray(r) for r in sess.run(None, feed)]
+    except Exception as e:  # noqa: BLE001 - any failure just means "not folded"; the node stays as it is
+        log.debug("not folding %s: %s", node.name, e)
+        return None
+
+
+def analyze(graph: gs.Graph, opset: int) -> Analysis:
+    an = Analysis({}, {})
+    syms = _Symbols(an)
+    for t in graph.inputs:
+        an.tensors[t.name] = TensorInfo(t.name, _np_name(t.dtype), syms.shape(t))
+        for d in t.shape or ():
+            if isinstance(d, str):
+                an.dim_params.add(d)
+    for t in graph.tensors().values():
+        if isinstance(t, gs.Constant) and t.name not in an.tensors:
+            arr = np.asarray(t.values)
+            an.tensors[t.name] = TensorInfo(t.name, _np_name(arr.dtype), tuple(Poly.of(int(d)) for d in arr.shape),
+                                            known_from_array(arr))
+    for node in graph.nodes:
+        _analyze_node(node, an, syms, opset)
+    return an
+
+
+def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> None:
+    outs = [o for o in node.outputs]
+    if node.op == "Constant" and not node.domain:
+        arr = _constant_node_value(node)
+        if arr is not None:
+            an.tensors[outs[0].name] = TensorInfo(outs[0].name, _np_name(arr.dtype),
+                                                  tuple(Poly.of(int(d)) for d in arr.shape), known_from_array(arr))
+            an.lowered[node.name] = Reject("Constant (folded into its consumers)")
+            return
+    result = _lower_standalone(node, an)
+    an.lowered[node.name] = result
+    if isinstance(result, list):
+        for o, lz in zip(outs, result):
+            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, _extract(lz))
+        return
+    # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
+    arrays = []
+    for t in node.inputs:
+        info = an.tensors.get(t.name) if t.name else None
+        arrays.append(info.known.array() if info and info.known else None)
+    folded = None
+    if node.inputs and all(a is not None or not t.name for a, t in zip(arrays, node.inputs)) and not node.domain:
+        folded = _run_const_node(node, arrays, opset)
+    for k, o in enumerate(outs):
+        if folded is not None and k < len(folded):
+            arr = folded[k]
+            an.tensors[o.name] = TensorInfo(o.name, _np_name(arr.dtype), tuple(Poly.of(int(d)) for d in arr.shape),
+                                            known_from_array(arr))
+        else:
+            an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
+                                            syms.shape(o))
+
+
+def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:
+    if node.domain not in (None, "", "ai.onnx"):
+        return Reject(f"custom domain '{node.domain}'")
+    if node.op not in LOWER:
+        return Reject(f"{node.op} is not handled by evonnx")
+    args: list[Lazy | None] = []
+    vals: list[Known | None] = []
+    for k, t in enumerate(node.inputs):
+        if not t.name:
+            args.append(None)
+            vals.append(None)
+            continue
+        info = an.tensors.get(t.name)
+        if info is None or info.shape is None or info.dtype is None:
+            return Reject(f"input {k} ('{t.name}') has an unknown or unsupported type or rank")
+        vals.append(info.known)
+        args.append(info.known.lazy() if info.known else L.source(k, info.dtype, info.shape))
+    try:
+        return lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
+    except Reject as r:
+        return r

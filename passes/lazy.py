@@ -1,0 +1,275 @@
+"""Lazy tensors: a tensor inside a fused group as a function from a multi-index to an element expression.
+
+A `Lazy` either is a strided `View` of a kernel input (then reading it is one `Load` at `view.index(idx)`), or a
+computed function. View ops on a viewed lazy try the `View` method first and fall back to composing index maps
+(an index expression with floor-div/mod terms) when strides cannot express the result. Both give the same
+elements; the view path keeps the record that kernels print and that `explain` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evonnx.expr import Const, Expr, IndexVal, Load, TableLoad, ValueTable, binary, const, guarded_where, where
+from evonnx.index import Poly, PolyLike, Table, floordiv, lookup, mod, product
+from evonnx.view import View
+
+Index = tuple[Poly, ...]
+ElementFn = Callable[[Index], Expr]
+
+# Constants up to this many elements are baked into kernels; larger ones are passed as kernel inputs.
+MAX_INLINE_CONST = 4096
+
+
+class Reject(Exception):
+    """A node evonnx leaves to onnxruntime, with the reason (shown by `evonnx explain`)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Lazy:
+    dtype: str
+    shape: tuple[Poly, ...]
+    fn: ElementFn
+    view: tuple[int, View] | None = None  # (input slot, view) when this is a strided view of an input
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def at(self, idx: Sequence[PolyLike]) -> Expr:
+        return self.fn(tuple(Poly.of(i) for i in idx))
+
+
+def source(slot: int, dtype: str, shape: Sequence[PolyLike]) -> Lazy:
+    """A kernel input read in row-major order."""
+    return from_view(slot, dtype, View.dense(shape))
+
+
+def from_view(slot: int, dtype: str, view: View) -> Lazy:
+    return Lazy(dtype, view.shape, lambda idx: Load(slot, view.index(idx), dtype), (slot, view))
+
+
+def _flat(idx: Index, shape: Sequence[Poly]) -> Poly:
+    out = Poly()
+    for i, d in zip(idx, shape):
+        out = out * d + i
+    return out
+
+
+def _unflat(flat: Poly, shape: Sequence[Poly]) -> Index:
+    out: list[Poly] = []
+    rest = flat
+    for k in range(len(shape) - 1, -1, -1):
+        if k == 0:
+            out.append(rest)
+        else:
+            out.append(mod(rest, shape[k]))
+            rest = floordiv(rest, shape[k])
+    return tuple(reversed(out))
+
+
+_table_ids = iter(range(1 << 62))
+
+
+def constant(array: np.ndarray, dtype: str) -> Lazy:
+    """A small constant: literals at constant indices, a baked-in table otherwise."""
+    arr = np.ascontiguousarray(array)
+    shape = tuple(Poly.of(int(d)) for d in arr.shape)
+    flat = arr.reshape(-1)
+    if flat.size == 1:
+        c = const(flat[0], dtype)
+        return Lazy(dtype, shape, lambda idx: c)
+    values = tuple(v.item() for v in flat)
+    table = ValueTable(f"tab{next(_table_ids)}", dtype, values)
+
+    def fn(idx: Index) -> Expr:
+        pos = _flat(idx, shape)
+        if pos.const is not None:
+            return const(values[pos.const] if 0 <= pos.const < len(values) else 0, dtype)
+        return TableLoad(table, pos, dtype)
+
+    return Lazy(dtype, shape, fn)
+
+
+def known(elements: Sequence[Expr], shape: Sequence[int], dtype: str) -> Lazy:
+    """A small tensor whose elements are known expressions (constants or index values such as sizes)."""
+    elems = tuple(elements)
+    dims = tuple(Poly.of(d) for d in shape)
+    if all(isinstance(e, Const) for e in elems) and len(elems) > 1:
+        return constant(np.array([e.value for e in elems]).reshape(shape), dtype)  # type: ignore[union-attr]
+
+    def fn(idx: Index) -> Expr:
+        pos = _flat(idx, dims)
+        if pos.const is not None:
+            # out of range only on a guarded branch that is never taken (see `guarded`)
+            return elems[pos.const] if 0 <= pos.const < len(elems) else const(0, dtype)
+        out = elems[-1]
+        for k in range(len(elems) - 2, -1, -1):
+            out = where(binary("eq", IndexVal(pos), IndexVal(Poly.of(k))), elems[k], out)
+        return out
+
+    return Lazy(dtype, dims, fn)
+
+
+def guarded(cond: Expr, taken: Expr, other: Expr) -> Expr:
+    """`cond ? taken : other` where `taken` may read out of range when `cond` is false (Concat's parts): code
+    generation must evaluate it only under the condition, never hoist it."""
+    return guarded_where(cond, taken, other)
+
+
+# -- view-like transformations ----------------------------------------------------------------------------
+def remap(x: Lazy, shape: Sequence[Poly], index_map: Callable[[Index], Index],
+          view: tuple[int, View] | None = None) -> Lazy:
+    """A lazy whose element at idx is x's element at index_map(idx)."""
+    if view is not None:
+        slot, v = view
+        return from_view(slot, x.dtype, v)
+    return Lazy(x.dtype, tuple(shape), lambda idx: x.fn(index_map(idx)))
+
+
+def transpose(x: Lazy, perm: Sequence[int]) -> Lazy:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    v = (x.view[0], x.view[1].transpose(perm)) if x.view else None
+    return remap(x, [x.shape[p] for p in perm], lambda idx: tuple(idx[inv[k]] for k in range(len(perm))), v)
+
+
+def reshape(x: Lazy, shape: Sequence[Poly]) -> Lazy:
+    shape = tuple(shape)
+    if shape == x.shape:
+        return x
+    v = None
+    if x.view:
+        nv = x.view[1].reshape(shape)
+        v = (x.view[0], nv) if nv is not None else None
+    return remap(x, shape, lambda idx: _unflat(_flat(idx, shape), x.shape), v)
+
+
+def slice_axis(x: Lazy, axis: int, start: Poly, length: Poly, step: int) -> Lazy:
+    shape = list(x.shape)
+    shape[axis] = length
+    v = (x.view[0], x.view[1].slice(axis, start, length, step)) if x.view else None
+
+    def m(idx: Index) -> Index:
+        return idx[:axis] + (start + idx[axis] * step,) + idx[axis + 1:]
+
+    return remap(x, shape, m, v)
+
+
+def select(x: Lazy, axis: int, i: Poly) -> Lazy:
+    v = (x.view[0], x.view[1].select(axis, i)) if x.view else None
+    return remap(x, x.shape[:axis] + x.shape[axis + 1:], lambda idx: idx[:axis] + (i,) + idx[axis:], v)
+
+
+def take(x: Lazy, axis: int, indices: np.ndarray) -> Lazy:
+    """Gather along `axis` with constant, already normalised (non-negative, in-range) indices."""
+    ind = indices.astype(np.int64)
+    flat = ind.reshape(-1)
+    out_shape = x.shape[:axis] + tuple(Poly.of(int(d)) for d in ind.shape) + x.shape[axis + 1:]
+    r = ind.ndim
+    ind_shape = tuple(Poly.of(int(d)) for d in ind.shape)
+    steps = np.diff(flat)
+    if flat.size >= 2 and np.all(steps == steps[0]):
+        start, step = int(flat[0]), int(steps[0])
+
+        def pick(pos: Poly) -> Poly:
+            return start + pos * step
+    else:
+        table = Table(f"idx{next(_table_ids)}", tuple(int(v) for v in flat))
+
+        def pick(pos: Poly) -> Poly:
+            return lookup(table, pos)
+
+    def m(idx: Index) -> Index:
+        pos = _flat(idx[axis:axis + r], ind_shape) if r else Poly()
+        return idx[:axis] + (pick(pos) if flat.size > 1 else Poly.of(int(flat[0])),) + idx[axis + r:]
+
+    return remap(x, out_shape, m)
+
+
+def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
+    """numpy broadcasting of x to `shape` (right-aligned; size-1 axes repeat)."""
+    shape = tuple(shape)
+    if shape == x.shape:
+        return x
+    lead = len(shape) - x.rank
+    v = None
+    if x.view:
+        try:
+            v = (x.view[0], x.view[1].expand(shape))
+        except ValueError:
+            v = None
+    keep = [x.shape[k] == shape[lead + k] for k in range(x.rank)]
+
+    def m(idx: Index) -> Index:
+        return tuple(idx[lead + k] if keep[k] else Poly() for k in range(x.rank))
+
+    return remap(x, shape, m, v)
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[Poly]], what: str) -> tuple[Poly, ...]:
+    rank = max(len(s) for s in shapes)
+    out: list[Poly] = []
+    for k in range(rank):
+        dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0}
+        dims.discard(Poly.of(1))
+        if len(dims) > 1:
+            raise Reject(f"{what}: cannot prove the shapes broadcast ({', '.join(sorted(map(str, dims)))})")
+        out.append(dims.pop() if dims else Poly.of(1))
+    return tuple(out)
+
+
+def concat(xs: Sequence[Lazy], axis: int) -> Lazy:
+    parts = [x for x in xs if x.shape[axis].const != 0]
+    if not parts:
+        parts = [xs[0]]
+    offsets = [Poly()]
+    for x in parts:
+        offsets.append(offsets[-1] + x.shape[axis])
+    shape = parts[0].shape[:axis] + (offsets[-1],) + parts[0].shape[axis + 1:]
+
+    def fn(idx: Index) -> Expr:
+        i = idx[axis]
+        pending: list[tuple[Expr, Expr]] = []
+        out: Expr | None = None
+        for k, part in enumerate(parts):
+            local = idx[:axis] + (i - offsets[k],) + idx[axis + 1:]
+            if k == len(parts) - 1:
+                out = part.fn(local)
+                break
+            cond = binary("lt", IndexVal(i), IndexVal(offsets[k + 1]))
+            if isinstance(cond, Const):
+                if cond.value:
+                    out = part.fn(local)
+                    break
+                continue
+            pending.append((cond, part.fn(local)))
+        assert out is not None
+        for cond, here in reversed(pending):
+            out = guarded(cond, here, out)
+        return out
+
+    return Lazy(parts[0].dtype, shape, fn)
+
+
+def tile(x: Lazy, repeats: Sequence[Poly]) -> Lazy:
+    shape = tuple(d * r for d, r in zip(x.shape, repeats))
+    return remap(x, shape, lambda idx: tuple(mod(i, d) for i, d in zip(idx, x.shape)))
+
+
+def elementwise(xs: Sequence[Lazy], combine: Callable[..., Expr], dtype: str, what: str) -> Lazy:
+    shape = broadcast_shapes([x.shape for x in xs], what)
+    bs = [broadcast_to(x, shape) for x in xs]
+    return Lazy(dtype, shape, lambda idx: combine(*(b.fn(idx) for b in bs)))
+
+
+def numel(x: Lazy) -> Poly:
+    return product(x.shape)

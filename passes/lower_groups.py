@@ -1,0 +1,152 @@
+"""Lower each fusion group to a `KernelSpec`: its inputs, and per needed output the element expression.
+
+Precondition: a plan from `plan_fusion` on the same graph and analysis. Postcondition: one spec per group that
+has a needed output (a group whose outputs nobody reads is dropped), and the set of tensors the rewritten graph
+still needs. A group output is *needed* when a graph output or a node outside the group that is itself needed
+reads it; a fused kernel reads only its data inputs, so shape arithmetic feeding it can disappear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx_graphsurgeon as gs
+
+from evonnx.errors import InternalError
+from evonnx.expr import Expr, Load, is_exact, walk
+from evonnx.index import Poly, Sym, var
+from evonnx.passes import lazy as L
+from evonnx.passes.analyze import Analysis
+from evonnx.passes.lazy import Lazy, Reject
+from evonnx.passes.lower_ops import VALUE_INPUTS, lower_node
+from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec
+
+
+def _group_inputs(nodes: Sequence[gs.Node], an: Analysis) -> list[str]:
+    inside = {t.name for n in nodes for t in n.outputs}
+    out: list[str] = []
+    for n in nodes:
+        value_slots = VALUE_INPUTS.get(n.op, ())
+        for k, t in enumerate(n.inputs):
+            if not t.name or t.name in inside or k in value_slots or t.name in out:
+                continue
+            if an.tensors[t.name].known is not None:
+                continue
+            out.append(t.name)
+    return out
+
+
+def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis) -> set[str]:
+    """Tensors that the rewritten graph must still produce (fixpoint over groups and unfused nodes)."""
+    by_name = {n.name: n for n in g.nodes}
+    grouped = {name for grp in plan.groups for name in grp.nodes}
+    units: list[tuple[list[str], list[str]]] = []  # (outputs, inputs needed when live)
+    for grp in plan.groups:
+        nodes = [by_name[x] for x in grp.nodes]
+        units.append(([t.name for n in nodes for t in n.outputs], _group_inputs(nodes, an)))
+    for n in g.nodes:
+        if n.name not in grouped:
+            units.append(([t.name for t in n.outputs], [t.name for t in n.inputs if t.name]))
+    needed = {t.name for t in g.outputs}
+    changed = True
+    while changed:
+        changed = False
+        for outs, ins in units:
+            if any(o in needed for o in outs):
+                for i in ins:
+                    if i not in needed:
+                        needed.add(i)
+                        changed = True
+    return needed
+
+
+def _reads(e: Expr) -> list[str]:
+    loads = sorted({f"in{x.slot}[{x.index}]" for x in walk(e) if isinstance(x, Load)})
+    return loads[:6] + ([f"... {len(loads) - 6} more"] if len(loads) > 6 else [])
+
+
+def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str]) -> KernelSpec | None:
+    by_name = {n.name: n for n in g.nodes}
+    nodes = [by_name[x] for x in group.nodes]
+    slots: dict[str, int] = {}
+    env: dict[str, Lazy] = {}
+    for node in nodes:
+        args: list[Lazy | None] = []
+        vals = []
+        value_slots = VALUE_INPUTS.get(node.op, ())
+        for k, t in enumerate(node.inputs):
+            if not t.name:
+                args.append(None)
+                vals.append(None)
+                continue
+            info = an.tensors[t.name]
+            vals.append(info.known)
+            if t.name in env:
+                args.append(env[t.name])
+            elif info.known is not None:
+                args.append(info.known.lazy())
+            elif k in value_slots:
+                raise InternalError(f"value input {k} of node '{node.name}' is not known at plan time")
+            else:
+                assert info.dtype is not None and info.shape is not None
+                slot = slots.setdefault(t.name, len(slots))
+                args.append(L.source(slot, info.dtype, info.shape))
+        try:
+            outs = lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
+        except Reject as r:
+            raise InternalError(f"node '{node.name}' lowered alone but not in group {group.name}: {r}") from r
+        for t, lz in zip(node.outputs, outs):
+            env[t.name] = lz
+
+    outputs: list[KernelOutput] = []
+    for node in nodes:
+        for t in node.outputs:
+            if t.name not in needed:
+                continue
+            lz = env[t.name]
+            index = tuple(var(f"i{k}", d) for k, d in enumerate(lz.shape))
+            e = lz.fn(index)
+            outputs.append(KernelOutput(t.name, lz.dtype, lz.shape, index, e, tuple(_reads(e))))
+    if not outputs:
+        return None
+    inputs = [KernelInput(name, an.tensors[name].dtype or "", an.tensors[name].shape or ()) for name in slots]
+    _bind_symbols(inputs, outputs, an)
+    return KernelSpec(group.name, tuple(inputs), tuple(outputs), group.nodes, group.ops,
+                      all(is_exact(o.expr) for o in outputs))
+
+
+def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput]) -> set[Sym]:
+    out: set[Sym] = set()
+    for o in outputs:
+        for d in o.shape:
+            out |= d.syms()
+        for x in walk(o.expr):
+            if isinstance(x, Load):
+                out |= x.index.syms()
+            idx = getattr(x, "index", None) or getattr(x, "poly", None)
+            if isinstance(idx, Poly):
+                out |= idx.syms()
+    for i in inputs:
+        for d in i.shape:
+            out |= d.syms()
+    return out
+
+
+def _bind_symbols(inputs: list[KernelInput], outputs: Sequence[KernelOutput], an: Analysis) -> None:
+    """Every size symbol a kernel uses must be readable from one of its inputs' dims at run time; when none
+    has it, the tensor it came from becomes an extra input (only its shape is read)."""
+    for s in sorted(_syms_of(outputs, inputs), key=lambda s: s.name):
+        if any(Poly.of(s) in i.shape for i in inputs):
+            continue
+        origin = an.sym_origin.get(s.name)
+        if origin is None:
+            raise InternalError(f"size symbol {s.name} has no origin tensor")
+        name = origin[0]
+        info = an.tensors[name]
+        inputs.append(KernelInput(name, info.dtype or "", info.shape or ()))
+
+
+def lower_groups(g: gs.Graph, plan: FusionPlan, an: Analysis) -> tuple[list[KernelSpec], set[str]]:
+    needed = needed_tensors(g, plan, an)
+    specs = [s for grp in plan.groups if (s := lower_group(g, grp, an, needed)) is not None]
+    return specs, needed

@@ -1,0 +1,449 @@
+"""ONNX op semantics (opsets 13 to 21) as lazy element functions.
+
+`lower_node(op, attrs, args, vals, out_count)` returns one `Lazy` per output, or raises `Reject` with the
+reason evonnx leaves the node to onnxruntime. `args[k]` is the lazy of input k (None when omitted); `vals[k]` is
+its value when known at plan time (constants and shape arithmetic such as `Shape -> Gather -> Concat`), which
+the shape-like inputs (Reshape's shape, Slice's starts, ...) must have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evonnx import expr as E
+from evonnx.expr import FROM_ONNX_CODE, Const, Expr, IndexVal
+from evonnx.index import Poly, floordiv, is_nonneg, pmax, pmin, product
+from evonnx.passes import lazy as L
+from evonnx.passes.lazy import Lazy, Reject
+
+BIG = 1 << 31  # Slice bounds at or above this are "to the end" for any real dimension
+
+
+@dataclass(frozen=True)
+class Known:
+    """A small tensor whose every element is known at plan time: constants or size expressions."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    elems: tuple[Expr, ...]
+
+    def array(self) -> np.ndarray | None:
+        if not all(isinstance(e, Const) for e in self.elems):
+            return None
+        return np.array([e.value for e in self.elems], dtype=E.np_dtype(self.dtype)).reshape(self.shape)  # type: ignore[union-attr]
+
+    def polys(self) -> list[Poly] | None:
+        out: list[Poly] = []
+        for e in self.elems:
+            if isinstance(e, IndexVal):
+                out.append(e.poly)
+            elif isinstance(e, Const) and self.dtype in E.INTS:
+                out.append(Poly.of(int(e.value)))
+            else:
+                return None
+        return out
+
+    def lazy(self) -> Lazy:
+        return L.known(self.elems, self.shape, self.dtype)
+
+
+def ints(val: Known | None, what: str) -> list[Poly]:
+    ps = val.polys() if val is not None else None
+    if ps is None:
+        raise Reject(f"{what} is not known at plan time")
+    return ps
+
+
+def const_ints(val: Known | None, what: str) -> list[int]:
+    out = []
+    for p in ints(val, what):
+        if p.const is None:
+            raise Reject(f"{what} is not a constant")
+        out.append(p.const)
+    return out
+
+
+def _axis(a: int, rank: int, what: str) -> int:
+    if not -rank <= a < rank:
+        raise Reject(f"{what} axis {a} is out of range for rank {rank}")
+    return a + rank if a < 0 else a
+
+
+def _attr_tensor(v: Any) -> np.ndarray:
+    return np.asarray(getattr(v, "values", v))
+
+
+# -- elementwise ------------------------------------------------------------------------------------------
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq", "Less": "lt",
+           "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge", "And": "and", "Or": "or", "Xor": "xor"}
+_UNARY = {"Neg": "neg", "Abs": "abs", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sqrt": "sqrt",
+          "Reciprocal": "reciprocal", "Relu": "relu", "Sign": "sign", "Not": "not", "Exp": "exp", "Log": "log",
+          "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sin": "sin", "Cos": "cos", "IsNaN": "isnan",
+          "Softplus": "softplus"}
+_FLOAT_ONLY = {"floor", "ceil", "round", "sqrt", "reciprocal", "exp", "log", "sigmoid", "tanh", "erf", "sin",
+               "cos", "isnan", "softplus"}
+
+
+def _check_dtype(x: Lazy, what: str) -> None:
+    if x.dtype not in E.DTYPES:
+        raise Reject(f"{what}: element type {x.dtype} is not supported")
+
+
+def _binary(name: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+        a, b = args[0], args[1]
+        dtype = "bool" if name in E.COMPARE | E.LOGIC else a.dtype
+        return [L.elementwise([a, b], lambda x, y: E.binary(name, x, y), dtype, op)]
+    return f
+
+
+def _unary(name: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+        x = args[0]
+        if name in _FLOAT_ONLY and x.dtype not in E.FLOATS:
+            raise Reject(f"{op} on {x.dtype} is not supported")
+        dtype = "bool" if name in ("not", "isnan") else x.dtype
+        return [L.Lazy(dtype, x.shape, lambda idx: E.unary(name, x.fn(idx)))]
+    return f
+
+
+def _mod(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    fmod = int(attrs.get("fmod", 0))
+    if args[0].dtype in E.FLOATS and not fmod:
+        raise Reject("Mod of floats needs fmod=1")
+    return [L.elementwise(args[:2], lambda x, y: E.Op("mod", (x, y), x.dtype, fmod), args[0].dtype, op)]
+
+
+def _pow(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x, y = args
+    if x.dtype not in E.FLOATS:
+        raise Reject(f"Pow of {x.dtype} is not supported")
+    yk = vals[1].array() if vals[1] is not None else None
+    if yk is not None and yk.size == 1 and float(yk.reshape(-1)[0]) in (1.0, 2.0, 3.0):
+        # onnxruntime special-cases these exponents as repeated multiplication
+        n = int(float(yk.reshape(-1)[0]))
+
+        def powi(v: Expr) -> Expr:
+            out = v
+            for _ in range(n - 1):
+                out = E.binary("mul", out, v)
+            return out
+        return [L.Lazy(x.dtype, x.shape, lambda idx: powi(x.fn(idx)))]
+    return [L.elementwise([x, y], lambda a, b: E.Op("pow", (a, E.cast(b, a.dtype)), a.dtype), x.dtype, op)]
+
+
+def _variadic(name: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+        xs = [a for a in args if a is not None]
+
+        def comb(*es: Expr) -> Expr:
+            out = es[0]
+            for e in es[1:]:
+                out = E.binary("add" if name in ("sum", "mean") else name, out, e)
+            if name == "mean":
+                out = E.binary("div", out, E.const(len(es), out.dtype))
+            return out
+        if name == "mean" and xs[0].dtype not in E.FLOATS:
+            raise Reject("Mean of integers is not supported")
+        return [L.elementwise(xs, comb, xs[0].dtype, op)]
+    return f
+
+
+def _where(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    return [L.elementwise(args[:3], E.where, args[1].dtype, op)]
+
+
+def _clip(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    lo = args[1] if len(args) > 1 else None
+    hi = args[2] if len(args) > 2 else None
+    for b in (lo, hi):
+        if b is not None and b.shape != ():
+            raise Reject("Clip bounds must be scalars")
+    return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(x.fn(idx), lo.fn(()) if lo else None,
+                                                         hi.fn(()) if hi else None))]
+
+
+def _cast(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    to = FROM_ONNX_CODE.get(int(attrs["to"]))
+    if to is None:
+        raise Reject(f"Cast to element type {attrs['to']} is not supported")
+    x = args[0]
+    return [L.Lazy(to, x.shape, lambda idx: E.cast(x.fn(idx), to))]
+
+
+def _leaky_relu(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    alpha = E.const(float(attrs.get("alpha", 0.01)), x.dtype)
+    zero = E.const(0, x.dtype)
+    return [L.Lazy(x.dtype, x.shape, lambda idx: E.where(E.binary("lt", x.fn(idx), zero),
+                                                         E.binary("mul", x.fn(idx), alpha), x.fn(idx)))]
+
+
+def _hard_sigmoid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    alpha = E.const(float(attrs.get("alpha", 0.2)), x.dtype)
+    beta = E.const(float(attrs.get("beta", 0.5)), x.dtype)
+    zero, one = E.const(0, x.dtype), E.const(1, x.dtype)
+    return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(
+        E.binary("add", E.binary("mul", x.fn(idx), alpha), beta), zero, one))]
+
+
+# -- views ------------------------------------------------------------------------------------------------
+def _identity(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    return [args[0]]
+
+
+def _reshape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    target = ints(vals[1], "Reshape shape")
+    allowzero = int(attrs.get("allowzero", 0))
+    out: list[Poly | None] = []
+    for k, t in enumerate(target):
+        if t.const == 0 and not allowzero:
+            if k >= x.rank:
+                raise Reject("Reshape copies a dimension the input does not have")
+            out.append(x.shape[k])
+        elif t.const == -1:
+            out.append(None)
+        elif t.const is not None and t.const < 0:
+            raise Reject(f"Reshape shape has {t.const}")
+        else:
+            out.append(t)
+    total = L.numel(x)
+    if out.count(None) > 1:
+        raise Reject("Reshape shape has more than one -1")
+    if None in out:
+        known_part = product(d for d in out if d is not None)
+        inferred = floordiv(total, known_part)
+        if inferred * known_part != total:
+            raise Reject("Reshape's inferred dimension is not provably exact")
+        out[out.index(None)] = inferred
+    dims = [d for d in out if d is not None]
+    if product(dims) != total:
+        raise Reject("Reshape does not provably keep the number of elements")
+    return [L.reshape(x, dims)]
+
+
+def _flatten(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    axis = int(attrs.get("axis", 1))
+    axis = axis + x.rank if axis < 0 else axis
+    return [L.reshape(x, [product(x.shape[:axis]), product(x.shape[axis:])])]
+
+
+def _squeeze(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    if len(args) > 1 and args[1] is not None:
+        axes = {_axis(a, x.rank, op) for a in const_ints(vals[1], "Squeeze axes")}
+    else:
+        if any(d.const is None for d in x.shape):
+            raise Reject("Squeeze without axes on a symbolic shape")
+        axes = {k for k, d in enumerate(x.shape) if d.const == 1}
+    for a in axes:
+        if x.shape[a].const != 1:
+            raise Reject(f"Squeeze axis {a} has size {x.shape[a]}")
+    return [L.reshape(x, [d for k, d in enumerate(x.shape) if k not in axes])]
+
+
+def _unsqueeze(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    rank = x.rank + len(const_ints(vals[1], "Unsqueeze axes"))
+    axes = sorted(_axis(a, rank, op) for a in const_ints(vals[1], "Unsqueeze axes"))
+    dims = list(x.shape)
+    for a in axes:
+        dims.insert(a, Poly.of(1))
+    return [L.reshape(x, dims)]
+
+
+def _transpose(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    perm = [int(p) for p in attrs.get("perm", range(x.rank - 1, -1, -1))]
+    return [L.transpose(x, perm)]
+
+
+def _expand(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    target = ints(vals[1], "Expand shape")
+    shape = L.broadcast_shapes([x.shape, target], op)
+    return [L.broadcast_to(x, shape)]
+
+
+def _tile(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    return [L.tile(args[0], ints(vals[1], "Tile repeats"))]
+
+
+def _slice_bounds(d: Poly, start: int | Poly, end: int | Poly, step: int) -> tuple[Poly, Poly]:
+    """Normalised start and length of one Slice axis, as the ONNX spec clamps them."""
+    def norm(v: int | Poly, lo: Poly, hi: Poly) -> Poly:
+        p = Poly.of(v)
+        if p.const is not None and p.const >= BIG:
+            return hi
+        if p.const is not None and p.const <= -BIG:
+            return lo
+        if p.const is not None and p.const < 0:
+            p = p + d
+        elif p.const is None and not is_nonneg(p):
+            raise Reject("Slice bound of unknown sign")
+        return pmin(pmax(p, lo), hi)
+
+    if step > 0:
+        s, e = norm(start, Poly(), d), norm(end, Poly(), d)
+        length = pmax(floordiv(e - s + (step - 1), step), Poly())
+    else:
+        s, e = norm(start, Poly(), d - 1), norm(end, Poly.of(-1), d - 1)
+        length = pmax(floordiv(s - e + (-step - 1), -step), Poly())
+    return s, length
+
+
+def _slice(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    starts = ints(vals[1], "Slice starts")
+    ends = ints(vals[2], "Slice ends")
+    axes = const_ints(vals[3], "Slice axes") if len(args) > 3 and args[3] is not None else list(
+        range(len(starts)))
+    steps = const_ints(vals[4], "Slice steps") if len(args) > 4 and args[4] is not None else [1] * len(starts)
+    out = x
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if st == 0:
+            raise Reject("Slice step is 0")
+        a = _axis(a, x.rank, op)
+        start, length = _slice_bounds(x.shape[a], s, e, st)
+        if length == x.shape[a] and st == 1 and start.const == 0:
+            continue
+        out = L.slice_axis(out, a, start, length, st)
+    return [out]
+
+
+def _gather(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
+    ind = vals[1].array() if vals[1] is not None else None
+    if ind is None:
+        raise Reject("Gather indices are data-dependent")
+    d = x.shape[axis].const
+    if d is None:
+        if (ind < 0).any():
+            raise Reject("Gather with negative indices on a symbolic axis")
+        if ind.size and ind.max() >= 1:
+            raise Reject("Gather on a symbolic axis cannot prove its indices in range")
+    else:
+        if ((ind < -d) | (ind >= d)).any():
+            raise Reject(f"Gather index out of range for axis size {d}")
+        ind = np.where(ind < 0, ind + d, ind)
+    if ind.ndim == 0:
+        return [L.select(x, axis, Poly.of(int(ind)))]
+    return [L.take(x, axis, ind)]
+
+
+def _concat(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    xs = [a for a in args if a is not None]
+    axis = _axis(int(attrs["axis"]), xs[0].rank, op)
+    for x in xs[1:]:
+        if x.rank != xs[0].rank or any(x.shape[k] != xs[0].shape[k] for k in range(x.rank) if k != axis):
+            raise Reject("Concat inputs do not provably agree off the concat axis")
+    return [L.concat(xs, axis)]
+
+
+def _split(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
+    d = x.shape[axis]
+    if len(args) > 1 and args[1] is not None:
+        sizes = ints(vals[1], "Split sizes")
+    else:
+        n = int(attrs.get("num_outputs", n_out))
+        if d.const is None:
+            raise Reject("Split of a symbolic axis without sizes")
+        chunk = -(-d.const // n)
+        sizes = [Poly.of(min(chunk, d.const - k * chunk)) for k in range(n)]
+    outs = []
+    start = Poly()
+    for s in sizes:
+        outs.append(L.slice_axis(x, axis, start, s, 1))
+        start = start + s
+    if start != d:
+        raise Reject("Split sizes do not provably add up to the axis size")
+    return outs
+
+
+def _shape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    r = x.rank
+    start = int(attrs.get("start", 0))
+    end = int(attrs.get("end", r))
+    start = min(max(start + r if start < 0 else start, 0), r)
+    end = min(max(end + r if end < 0 else end, 0), r)
+    dims = x.shape[start:end]
+    return [L.known([E.index_val(d) for d in dims], [len(dims)], "int64")]
+
+
+def _size(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    return [L.known([E.index_val(L.numel(args[0]))], [], "int64")]
+
+
+def _constant_of_shape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    shape = ints(vals[0], "ConstantOfShape shape")
+    value = attrs.get("value")
+    arr = _attr_tensor(value) if value is not None else np.zeros(1, np.float32)
+    dtype = str(arr.dtype)
+    if dtype not in E.DTYPES:
+        raise Reject(f"ConstantOfShape of {dtype}")
+    c = E.const(arr.reshape(-1)[0], dtype)
+    return [L.Lazy(dtype, tuple(shape), lambda idx: c)]
+
+
+def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    dtype = args[0].dtype
+    if dtype not in ("int64", "int32", "int16"):
+        raise Reject(f"Range of {dtype} accumulates in floating point; left to onnxruntime")
+    start, limit, delta = (ints(vals[k], "Range bounds")[0] for k in range(3))
+    step = delta.const
+    if step is None or step == 0:
+        raise Reject("Range delta is not a non-zero constant")
+    n = pmax(floordiv(limit - start + (step - 1 if step > 0 else step + 1), step), Poly())
+    return [L.Lazy(dtype, (n,), lambda idx: E.cast(E.index_val(start + idx[0] * step), dtype))]
+
+
+LOWER: dict[str, Callable[..., list[Lazy]]] = {
+    **{op: _binary(name) for op, name in _BINARY.items()},
+    **{op: _unary(name) for op, name in _UNARY.items()},
+    "Mod": _mod, "Pow": _pow, "Where": _where, "Clip": _clip, "Cast": _cast, "LeakyRelu": _leaky_relu,
+    "HardSigmoid": _hard_sigmoid, "Max": _variadic("max"), "Min": _variadic("min"), "Sum": _variadic("sum"),
+    "Mean": _variadic("mean"),
+    "Identity": _identity, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze, "Transpose": _transpose, "Expand": _expand, "Tile": _tile, "Slice": _slice,
+    "Gather": _gather, "Concat": _concat, "Split": _split, "Shape": _shape, "Size": _size,
+    "ConstantOfShape": _constant_of_shape, "Range": _range,
+}
+
+# Inputs read only for their value at plan time (never loaded by a kernel): these edges do not tie a node to
+# its producer in a fused group.
+VALUE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
+    "Gather": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Shape": (0,), "Size": (0,),
+}
+
+# Ops that onnxruntime runs without touching the data (aliases); a group made only of these gains nothing.
+FREE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"})
+
+
+def lower_node(op: str, attrs: dict, args: Sequence[Lazy | None], vals: Sequence[Known | None],
+               n_out: int) -> list[Lazy]:
+    f = LOWER.get(op)
+    if f is None:
+        raise Reject(f"{op} is not handled by evonnx")
+    value_slots = VALUE_INPUTS.get(op, ())
+    for k, a in enumerate(args):
+        if a is not None and k not in value_slots:
+            _check_dtype(a, op)
+    if any(a is None for k, a in enumerate(args[:1])) and op not in ("ConstantOfShape",):
+        raise Reject(f"{op} has no data input")
+    try:
+        return f(op, attrs, list(args), list(vals), n_out)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
+        raise Reject(f"{op}: {e}") from e

@@ -1,0 +1,42 @@
+"""The ordered passes of `evonnx optimize`: analyze -> plan_fusion -> lower_groups -> rewrite."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from evonnx.model import default_opset
+from evonnx.passes.analyze import Analysis, analyze
+from evonnx.passes.lower_groups import lower_groups
+from evonnx.passes.plan_fusion import Config, plan_fusion
+from evonnx.passes.rewrite import rewrite
+from evonnx.records import FusionPlan, KernelSpec
+
+log = logging.getLogger(__name__)
+
+PASSES = ("analyze", "plan_fusion", "lower_groups", "rewrite")
+
+
+@dataclass
+class PipelineResult:
+    graph: gs.Graph  # the input graph, as imported (toposorted)
+    analysis: Analysis
+    plan: FusionPlan
+    specs: list[KernelSpec]
+    optimized: gs.Graph
+
+
+def run_pipeline(model: onnx.ModelProto, *, cfg: Config = Config()) -> PipelineResult:
+    g = gs.import_onnx(model)
+    g.toposort()
+    an = analyze(g, default_opset(model))
+    log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))
+    plan = plan_fusion(g, an, cfg=cfg)
+    log.info("plan_fusion: %d groups, %d nodes left to onnxruntime", len(plan.groups), len(plan.rejected))
+    specs, _ = lower_groups(g, plan, an)
+    log.info("lower_groups: %d kernels", len(specs))
+    optimized = rewrite(g, specs, an)
+    return PipelineResult(g, an, plan, specs, optimized)

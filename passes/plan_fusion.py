@@ -1,0 +1,136 @@
+"""Greedy fusion planning over the topological order (the foundation planner; search comes separately).
+
+Precondition: a toposorted graph with unique node names, and its `Analysis`. Postcondition: a `FusionPlan`
+whose groups are sets of nodes that evonnx can lower, connected by data edges, whose merge creates no cycle in
+the graph of groups; every other node carries the reason it stays with onnxruntime. The graph is not modified.
+
+Edges through *value inputs* (Reshape's shape, Slice's starts, ...) and through tensors known at plan time do
+not tie a node to its producer: a fused kernel never reads them, so the fused node will not consume them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import onnx_graphsurgeon as gs
+
+from evonnx.passes.analyze import Analysis
+from evonnx.passes.lazy import Reject
+from evonnx.passes.lower_ops import FREE_OPS, VALUE_INPUTS
+from evonnx.records import FusionGroup, FusionPlan, Rejection
+
+MAX_GROUP = 256
+
+
+@dataclass(frozen=True)
+class Config:
+    max_group: int = MAX_GROUP
+
+
+class _Graph:
+    """Node-index adjacency of a graphsurgeon graph, with the data/value edge distinction."""
+
+    def __init__(self, g: gs.Graph, an: Analysis):
+        self.nodes = list(g.nodes)
+        self.index = {id(n): i for i, n in enumerate(self.nodes)}
+        producer: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            for t in n.outputs:
+                producer[t.name] = i
+        self.static = [bool(n.outputs) and all(an.tensors.get(t.name) is not None
+                                               and an.tensors[t.name].known is not None for t in n.outputs)
+                       for n in self.nodes]
+        self.fusible = [isinstance(an.lowered.get(n.name), list) and not self.static[i]
+                        for i, n in enumerate(self.nodes)]
+        self.data_preds: list[list[int]] = [[] for _ in self.nodes]
+        self.succ: list[set[int]] = [set() for _ in self.nodes]
+        for c, n in enumerate(self.nodes):
+            value_slots = VALUE_INPUTS.get(n.op, ())
+            for k, t in enumerate(n.inputs):
+                p = producer.get(t.name) if t.name else None
+                if p is None:
+                    continue
+                known = an.tensors.get(t.name) is not None and an.tensors[t.name].known is not None
+                is_value = k in value_slots or known
+                if not (is_value and self.fusible[c]):
+                    self.succ[p].add(c)
+                if not is_value and p not in self.data_preds[c]:
+                    self.data_preds[c].append(p)
+
+
+def _creates_cycle(gr: _Graph, group: set[int]) -> bool:
+    """True when some path leaves `group` and comes back into it (the merged node would be in a cycle)."""
+    stack = [s for m in group for s in gr.succ[m] if s not in group]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if x in group:
+            return True
+        if x in seen:
+            continue
+        seen.add(x)
+        stack.extend(gr.succ[x])
+    return False
+
+
+def plan_fusion(g: gs.Graph, an: Analysis, *, cfg: Config = Config()) -> FusionPlan:
+    gr = _Graph(g, an)
+    n = len(gr.nodes)
+    group_of = list(range(n))
+    members: dict[int, set[int]] = {i: {i} for i in range(n)}
+    cycle_blocked: set[int] = set()
+    for c in range(n):
+        if not gr.fusible[c]:
+            continue
+        for p in gr.data_preds[c]:
+            if not gr.fusible[p]:
+                continue
+            a, b = group_of[p], group_of[c]
+            if a == b:
+                continue
+            merged = members[a] | members[b]
+            if len(merged) > cfg.max_group:
+                continue
+            if _creates_cycle(gr, merged):
+                cycle_blocked.add(c)
+                continue
+            for m in members[b]:
+                group_of[m] = a
+            members[a] = merged
+            del members[b]
+
+    groups: list[FusionGroup] = []
+    grouped: set[int] = set()
+    reasons: dict[int, str] = {}
+    for root in sorted(members, key=lambda r: min(members[r])):
+        idx = sorted(members[root])
+        ops = tuple(gr.nodes[i].op for i in idx)
+        if len(idx) < 2:
+            continue
+        if all(op in FREE_OPS for op in ops):
+            for i in idx:
+                reasons[i] = "only aliasing ops (Reshape, Squeeze, ...), which onnxruntime runs without copying"
+            continue
+        names = tuple(gr.nodes[i].name for i in idx)
+        digest = hashlib.sha1("\n".join(names).encode()).hexdigest()[:8]
+        groups.append(FusionGroup(f"evo{len(groups)}_{digest}", names, ops))
+        grouped.update(idx)
+
+    rejected = []
+    for i, node in enumerate(gr.nodes):
+        if i in grouped:
+            continue
+        lowered = an.lowered.get(node.name)
+        if isinstance(lowered, Reject):
+            reason = lowered.reason
+        elif gr.static[i]:
+            reason = "value known at plan time (folded into its consumers)"
+        elif i in reasons:
+            reason = reasons[i]
+        elif i in cycle_blocked:
+            reason = "fusing it with its producers would create a cycle"
+        else:
+            reason = "no fusible neighbour"
+        rejected.append(Rejection(node.name, node.op, reason))
+    return FusionPlan(tuple(groups), tuple(rejected))

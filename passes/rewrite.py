@@ -1,0 +1,71 @@
+"""Rewrite: each kernel's group becomes one `ai.evonnx::Fused` node; values known at plan time become constants.
+
+Precondition: specs from `lower_groups` on this graph. Postcondition: a new, toposorted graph in which every
+fused output carries its element type and symbolic shape (graph-input dim_params by name; other symbolic sizes
+left unknown, never a sample size), and nodes nobody reads are gone. Unfused nodes stay as they are. The input
+graph is not modified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from evonnx.index import Poly, Sym
+from evonnx.model import DOMAIN
+from evonnx.passes.analyze import Analysis
+from evonnx.records import KernelSpec
+
+FUSED_OP = "Fused"
+
+
+def _dim(d: Poly, an: Analysis) -> int | str | None:
+    if d.const is not None:
+        return d.const
+    s = d.atom()
+    if isinstance(s, Sym) and s.name in an.dim_params:
+        return s.name
+    return None
+
+
+def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
+    g = g.copy()
+    tensors = g.tensors()
+    by_name = {n.name: n for n in g.nodes}
+    for spec in specs:
+        for name in spec.source_nodes:
+            by_name[name].inputs.clear()
+            by_name[name].outputs.clear()
+        outs = []
+        for o in spec.outputs:
+            t = tensors[o.name]
+            t.dtype = np.dtype(o.dtype)
+            t.shape = [_dim(d, an) for d in o.shape]
+            outs.append(t)
+        g.nodes.append(gs.Node(op=FUSED_OP, name=spec.name, domain=DOMAIN, attrs={"kernel": spec.name},
+                               inputs=[tensors[i.name] for i in spec.inputs], outputs=outs))
+    _fold_known(g, an)
+    g.cleanup(remove_unused_graph_inputs=False).toposort()
+    return g
+
+
+def _fold_known(g: gs.Graph, an: Analysis) -> None:
+    """Nodes whose every output is a constant known at plan time (folded shape arithmetic) become constants."""
+    outputs = {t.name for t in g.outputs}
+    for n in g.nodes:
+        if n.domain == DOMAIN or not n.outputs or any(t.name in outputs for t in n.outputs):
+            continue
+        arrays = []
+        for t in n.outputs:
+            info = an.tensors.get(t.name)
+            arr = info.known.array() if info is not None and info.known is not None else None
+            if arr is None:
+                break
+            arrays.append(arr)
+        else:
+            for t, arr in zip(list(n.outputs), arrays):
+                t.to_constant(np.ascontiguousarray(arr))
+            n.outputs.clear()
+            n.inputs.clear()

@@ -1,0 +1,197 @@
+"""Building model libraries: caching, what the .so exports and needs, error messages, and a plain-C host."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from fused_models import ADD_INDEX_INPUTS, ADD_INDEX_OUTPUTS, fused_model
+
+from evonnx.errors import BuildError
+from evonnx.kernels import build
+
+HERE = Path(__file__).resolve().parent
+FETCH_SCRIPT = Path(build.__file__).resolve().parent / "fetch_ort_headers.sh"
+
+
+def test_ort_headers_dir_explicit_folder_must_hold_the_c_api(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="has no onnxruntime_c_api.h"):
+        build.ort_headers_dir(tmp_path)
+
+
+def test_ort_headers_dir_env_folder_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "onnxruntime_c_api.h").write_text("#define ORT_API_VERSION 21\n")
+    monkeypatch.setenv("EVONNX_ORT_HEADERS", str(tmp_path))
+    assert build.ort_headers_dir() == tmp_path
+
+
+def test_ort_headers_dir_rejects_old_headers(tmp_path: Path) -> None:
+    (tmp_path / "onnxruntime_c_api.h").write_text("#define ORT_API_VERSION 16\n")
+    with pytest.raises(BuildError, match="is ORT API 16; evonnx needs >= 21"):
+        build.ort_headers_dir(tmp_path)
+
+
+def test_fetch_script_returns_at_once_when_stamped(tmp_path: Path) -> None:
+    (tmp_path / ".ort-headers").write_text("libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb\n")
+    result = subprocess.run(
+        ["sh", str(FETCH_SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=5
+    )
+    assert result.returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ort-headers"]
+
+
+def test_fetch_script_requires_a_destination() -> None:
+    result = subprocess.run(["sh", str(FETCH_SCRIPT)], capture_output=True, text=True, timeout=5)
+    assert result.returncode != 0 and "usage:" in result.stderr
+
+
+@pytest.mark.compiler
+def test_runtime_object_is_compiled_once(
+    ort_headers: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVONNX_CACHE_DIR", str(tmp_path))
+    first = build.runtime_object(ort_headers)
+    assert first.parent == tmp_path / "runtime" and first.is_file()
+    stat = first.stat()
+
+    def no_compiler(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cached runtime object was rebuilt")
+
+    monkeypatch.setattr(build, "_run_compiler", no_compiler)
+    second = build.runtime_object(ort_headers)
+    assert second == first
+    assert (second.stat().st_ino, second.stat().st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+    assert [p.name for p in (tmp_path / "runtime").iterdir()] == [first.name]  # no partial files left
+
+
+@pytest.mark.compiler
+def test_library_exports_only_register_custom_ops(kernel_library: Path) -> None:
+    result = subprocess.run(
+        ["nm", "-D", "--defined-only", str(kernel_library)], capture_output=True, text=True, check=True
+    )
+    assert [line.split()[-1] for line in result.stdout.splitlines()] == ["RegisterCustomOps"]
+
+
+@pytest.mark.compiler
+def test_library_needs_no_onnxruntime(kernel_library: Path) -> None:
+    result = subprocess.run(
+        ["readelf", "-d", str(kernel_library)], capture_output=True, text=True, check=True
+    )
+    needed = {line.split("[")[1].rstrip("]") for line in result.stdout.splitlines() if "(NEEDED)" in line}
+    assert needed <= {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"}, needed
+
+
+@pytest.mark.compiler
+def test_compiler_error_names_the_kept_source(ort_headers: Path, tmp_path: Path) -> None:
+    with pytest.raises(BuildError) as info:
+        build.build_model_library(
+            "int broken(void) { return }\n", tmp_path / "m.evonnx.so", model_name="m.onnx"
+        )
+    message = str(info.value)
+    assert message.startswith("compiling the kernels of 'm.onnx' failed (source: ")
+    assert "error: expected expression" in message
+    assert _take_kept_source(message) == "int broken(void) { return }\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.compiler
+def test_missing_kernel_table_fails_at_link_time(ort_headers: Path, tmp_path: Path) -> None:
+    with pytest.raises(BuildError) as info:
+        build.build_model_library('#include "evonnx_abi.h"\n', tmp_path / "m.evonnx.so", model_name="m.onnx")
+    message = str(info.value)
+    assert message.startswith("linking the library of 'm.onnx' failed (source: ")
+    assert "undefined reference to `evo_kernel_table'" in message
+    _take_kept_source(message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _take_kept_source(message: str) -> str:
+    """The text of the source a BuildError says it kept; removes it and its build folder."""
+    kept = Path(message.split("(source: ")[1].split(")")[0])
+    text = kept.read_text()
+    for leftover in kept.parent.iterdir():
+        leftover.unlink()
+    kept.parent.rmdir()
+    return text
+
+
+@pytest.mark.compiler
+def test_c_host_runs_the_model_without_python(
+    kernel_library: Path, ort_headers: Path, tmp_path: Path
+) -> None:
+    # The wheel's library has SONAME libonnxruntime.so.1 but no file by that name, and no unversioned link.
+    wheel_libs = sorted((Path(ort.__file__).parent / "capi").glob("libonnxruntime.so.1.*"))
+    assert wheel_libs, "the onnxruntime wheel has no libonnxruntime.so.1.*"
+    for name in ("libonnxruntime.so.1", "libonnxruntime.so"):
+        (tmp_path / name).symlink_to(wheel_libs[-1])
+    host = tmp_path / "c_host"
+    subprocess.run(
+        [
+            "gcc",
+            "-std=c11",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            str(HERE / "c_host.c"),
+            f"-I{ort_headers}",
+            f"-L{tmp_path}",
+            "-lonnxruntime",
+            f"-Wl,-rpath,{tmp_path}",
+            "-o",
+            str(host),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    model_path = tmp_path / "model.onnx"
+    onnx.save(fused_model("k_add_index", ADD_INDEX_INPUTS, ADD_INDEX_OUTPUTS), model_path)
+
+    n = 5
+    result = subprocess.run(
+        [str(host), str(model_path), str(kernel_library), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    x = np.arange(n, dtype=np.float32)[:, None] + np.arange(4, dtype=np.float32) / 4
+    idx = np.arange(n) - 1
+    np.testing.assert_array_equal(np.array(lines["y"].split(), np.float32), (x + idx[:, None]).ravel())
+    assert lines["positive"].split() == [str(int(v > 0)) for v in idx]
+
+
+@pytest.mark.compiler
+def test_c_host_reports_an_unknown_kernel(kernel_library: Path, ort_headers: Path, tmp_path: Path) -> None:
+    wheel_libs = sorted((Path(ort.__file__).parent / "capi").glob("libonnxruntime.so.1.*"))
+    for name in ("libonnxruntime.so.1", "libonnxruntime.so"):
+        (tmp_path / name).symlink_to(wheel_libs[-1])
+    host = tmp_path / "c_host"
+    subprocess.run(
+        [
+            "gcc",
+            "-std=c11",
+            str(HERE / "c_host.c"),
+            f"-I{ort_headers}",
+            f"-L{tmp_path}",
+            "-lonnxruntime",
+            f"-Wl,-rpath,{tmp_path}",
+            "-o",
+            str(host),
+        ],
+        check=True,
+    )
+    model_path = tmp_path / "model.onnx"
+    onnx.save(fused_model("k_gone", ADD_INDEX_INPUTS, ADD_INDEX_OUTPUTS), model_path)
+    result = subprocess.run(
+        [str(host), str(model_path), str(kernel_library), "2"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "has no kernel 'k_gone'" in result.stderr
