@@ -164,6 +164,8 @@ def _fold_index(name: str, a: Poly, b: Poly) -> Expr | None:
         return index_val(floordiv(a, b))
     if name == "eq" and a == b:
         return Const(True, "bool")
+    if name == "eq" and (is_lt(a, b) or is_lt(b, a)):
+        return Const(False, "bool")
     if name in ("lt", "ge"):
         if is_lt(a, b):
             return Const(name == "lt", "bool")
@@ -182,6 +184,18 @@ def _as_index(e: Expr) -> Poly | None:
         return e.poly
     if isinstance(e, Const) and e.dtype == "int64":
         return Poly.of(int(e.value))
+    return None
+
+
+def as_integer(e: Expr) -> Poly | None:
+    """The integer an expression holds when it is an index value, an integer-valued constant, or an index value
+    cast to a float. Casting a size to float32 is exact below 2**24; evonnx assumes sizes stay below that."""
+    if isinstance(e, Const) and not isinstance(e.value, bool) and float(e.value).is_integer():
+        return Poly.of(int(e.value))
+    if isinstance(e, IndexVal):
+        return e.poly
+    if isinstance(e, Op) and e.op == "cast" and e.args[0].dtype in INTS:
+        return as_integer(e.args[0])
     return None
 
 

@@ -71,7 +71,8 @@ def _extract(lz: Lazy) -> Known | None:
     for flat in range(int(np.prod(dims))):
         idx = np.unravel_index(flat, dims) if dims else ()
         e = lz.at([int(i) for i in idx])
-        if isinstance(e, E.Const) or (isinstance(e, E.IndexVal) and lz.dtype == "int64"):
+        if isinstance(e, E.Const) or (isinstance(e, E.IndexVal) and lz.dtype == "int64") or (
+                lz.dtype in E.FLOATS and E.as_integer(e) is not None):
             out.append(e)
         else:
             return None

@@ -80,7 +80,7 @@ _table_ids = iter(range(1 << 62))
 
 def constant(array: np.ndarray, dtype: str) -> Lazy:
     """A small constant: literals at constant indices, a baked-in table otherwise."""
-    arr = np.ascontiguousarray(array)
+    arr = np.array(array, order="C")
     shape = tuple(Poly.of(int(d)) for d in arr.shape)
     flat = arr.reshape(-1)
     if flat.size == 1:

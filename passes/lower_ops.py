@@ -37,14 +37,13 @@ class Known:
         return np.array([e.value for e in self.elems], dtype=E.np_dtype(self.dtype)).reshape(self.shape)  # type: ignore[union-attr]
 
     def polys(self) -> list[Poly] | None:
+        """The elements as integers (sizes), when every one is an integer; floats only when integer-valued."""
         out: list[Poly] = []
         for e in self.elems:
-            if isinstance(e, IndexVal):
-                out.append(e.poly)
-            elif isinstance(e, Const) and self.dtype in E.INTS:
-                out.append(Poly.of(int(e.value)))
-            else:
+            p = E.as_integer(e)
+            if p is None or (isinstance(e, Const) and self.dtype == "bool"):
                 return None
+            out.append(p)
         return out
 
     def lazy(self) -> Lazy:
@@ -398,10 +397,13 @@ def _constant_of_shape(op: str, attrs: dict, args: list, vals: list, n_out: int)
 
 
 def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    # onnxruntime computes float ranges by accumulation (`y = start; y += delta`). With integer-valued start,
+    # delta and limit every partial sum is an integer below 2**24 and exact, so it equals start + i*delta.
     dtype = args[0].dtype
-    if dtype not in ("int64", "int32", "int16"):
-        raise Reject(f"Range of {dtype} accumulates in floating point; left to onnxruntime")
-    start, limit, delta = (ints(vals[k], "Range bounds")[0] for k in range(3))
+    if dtype not in ("int64", "int32", "int16", "float32", "float64"):
+        raise Reject(f"Range of {dtype} is not supported")
+    what = "Range bounds" if dtype not in E.FLOATS else "Range bounds (integer-valued floats)"
+    start, limit, delta = (ints(vals[k], what)[0] for k in range(3))
     step = delta.const
     if step is None or step == 0:
         raise Reject("Range delta is not a non-zero constant")

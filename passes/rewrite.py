@@ -66,6 +66,6 @@ def _fold_known(g: gs.Graph, an: Analysis) -> None:
             arrays.append(arr)
         else:
             for t, arr in zip(list(n.outputs), arrays):
-                t.to_constant(np.ascontiguousarray(arr))
+                t.to_constant(np.array(arr, order="C"))  # ascontiguousarray would make 0-d arrays 1-d
             n.outputs.clear()
             n.inputs.clear()
