@@ -34,10 +34,17 @@ def _template(name: str) -> Template:
 def _split_points(e: Expr, vars_: Sequence[Var]) -> dict[Var, set[Poly]]:
     """Loop positions where a select on a single loop index changes branch."""
     out: dict[Var, set[Poly]] = {}
+    comparisons: list[Op] = []
     for x in walk(e):
-        if not (isinstance(x, Op) and x.op == "where" and isinstance(x.args[0], Op)):
-            continue
-        cond = x.args[0]
+        if isinstance(x, Op) and x.op == "where" and isinstance(x.args[0], Op):
+            stack = [x.args[0]]
+            while stack:
+                c = stack.pop()
+                if isinstance(c, Op) and c.op == "and":
+                    stack.extend(c.args)
+                elif isinstance(c, Op):
+                    comparisons.append(c)
+    for cond in comparisons:
         if cond.op not in COMPARE or not all(isinstance(a, IndexVal | Const) for a in cond.args):
             continue
         diff = _index(cond.args[0]) - _index(cond.args[1])

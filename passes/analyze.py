@@ -20,7 +20,7 @@ from evonnx import expr as E
 from evonnx.index import Poly, sym
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
-from evonnx.passes.lower_ops import LOWER, Known, lower_node
+from evonnx.passes.lower_ops import LOWER, Derived, Known, lower_node
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,11 @@ class TensorInfo:
     dtype: str | None  # numpy name, or None when evonnx does not handle the element type
     shape: tuple[Poly, ...] | None  # None when the rank is unknown
     known: Known | None = None
+    derived: Derived | None = None  # computed from sizes alone, of any size (not a plan-time constant)
+
+    @property
+    def value(self) -> Known | Derived | None:
+        return self.known if self.known is not None else self.derived
 
 
 @dataclass
@@ -165,8 +170,11 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
     result = _lower_standalone(node, an)
     an.lowered[node.name] = result
     if isinstance(result, list):
+        load_free = all(an.tensors[t.name].value is not None for t in node.inputs if t.name)
         for o, lz in zip(outs, result):
-            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, _extract(lz))
+            known = _extract(lz)
+            derived = Derived(lz) if load_free and known is None and lz.dtype in E.INTS else None
+            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
     arrays = []
@@ -201,8 +209,8 @@ def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:
         info = an.tensors.get(t.name)
         if info is None or info.shape is None or info.dtype is None:
             return Reject(f"input {k} ('{t.name}') has an unknown or unsupported type or rank")
-        vals.append(info.known)
-        args.append(info.known.lazy() if info.known else L.source(k, info.dtype, info.shape))
+        vals.append(info.value)
+        args.append(info.value.lazy() if info.value is not None else L.source(k, info.dtype, info.shape))
     try:
         return lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
     except Reject as r:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evonnx.expr import Const, Expr, IndexVal, Load, TableLoad, ValueTable, binary, const, guarded_where, where
+from evonnx.expr import Const, Expr, IndexVal, Load, TableLoad, ValueTable, binary, const, guarded_where, index_val, where
 from evonnx.index import Poly, PolyLike, Table, floordiv, lookup, mod, product
 from evonnx.view import View
 
@@ -38,6 +38,20 @@ class Lazy:
     shape: tuple[Poly, ...]
     fn: ElementFn
     view: tuple[int, View] | None = None  # (input slot, view) when this is a strided view of an input
+
+    def __post_init__(self) -> None:
+        # Element functions compose along chains that reconverge (a tensor read by two branches); memoizing by
+        # index keeps evaluation linear in the graph size instead of exponential.
+        inner = self.fn
+        memo: dict[Index, Expr] = {}
+
+        def fn(idx: Index) -> Expr:
+            e = memo.get(idx)
+            if e is None:
+                e = memo[idx] = inner(idx)
+            return e
+
+        object.__setattr__(self, "fn", fn)
 
     @property
     def rank(self) -> int:
@@ -87,6 +101,11 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
         c = const(flat[0], dtype)
         return Lazy(dtype, shape, lambda idx: c)
     values = tuple(v.item() for v in flat)
+    steps = np.diff(flat.astype(np.int64)) if dtype == "int64" else None
+    if steps is not None and np.all(steps == steps[0]):
+        # an arithmetic progression (e.g. the columns 0, 2 of a `[:, 0::2]` write) is an index expression
+        start, step = int(flat[0]), int(steps[0])
+        return Lazy(dtype, shape, lambda idx: index_val(start + _flat(idx, shape) * step))
     table = ValueTable(f"tab{next(_table_ids)}", dtype, values)
 
     def fn(idx: Index) -> Expr:

@@ -80,13 +80,15 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
                 vals.append(None)
                 continue
             info = an.tensors[t.name]
-            vals.append(info.known)
+            vals.append(info.value)
             if t.name in env:
                 args.append(env[t.name])
             elif info.known is not None:
                 args.append(info.known.lazy())
             elif k in value_slots:
-                raise InternalError(f"value input {k} of node '{node.name}' is not known at plan time")
+                if info.derived is None:
+                    raise InternalError(f"value input {k} of node '{node.name}' is not known at plan time")
+                args.append(info.derived.lazy())
             else:
                 assert info.dtype is not None and info.shape is not None
                 slot = slots.setdefault(t.name, len(slots))

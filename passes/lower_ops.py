@@ -16,7 +16,7 @@ import numpy as np
 
 from evonnx import expr as E
 from evonnx.expr import FROM_ONNX_CODE, Const, Expr, IndexVal
-from evonnx.index import Poly, floordiv, is_nonneg, pmax, pmin, product
+from evonnx.index import Poly, floordiv, is_nonneg, mod, pmax, pmin, product, var
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 
@@ -50,14 +50,34 @@ class Known:
         return L.known(self.elems, self.shape, self.dtype)
 
 
-def ints(val: Known | None, what: str) -> list[Poly]:
+@dataclass(frozen=True)
+class Derived:
+    """A tensor computed from sizes alone (Range, Expand, Concat of shape values, ...) of any size: its element
+    function reads no tensor. ScatterND indices built by exporters are such tensors."""
+
+    lz: Lazy
+
+    def array(self) -> None:
+        return None
+
+    def polys(self) -> None:
+        return None
+
+    def lazy(self) -> Lazy:
+        return self.lz
+
+
+Value = Known | Derived
+
+
+def ints(val: Value | None, what: str) -> list[Poly]:
     ps = val.polys() if val is not None else None
     if ps is None:
         raise Reject(f"{what} is not known at plan time")
     return ps
 
 
-def const_ints(val: Known | None, what: str) -> list[int]:
+def const_ints(val: Value | None, what: str) -> list[int]:
     out = []
     for p in ints(val, what):
         if p.const is None:
@@ -411,6 +431,147 @@ def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return [L.Lazy(dtype, (n,), lambda idx: E.cast(E.index_val(start + idx[0] * step), dtype))]
 
 
+# -- writes through views -----------------------------------------------------------------------------------
+_REDUCE = {"add": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
+def _affine_grid(es: Sequence[Expr], pvars: Sequence[Poly], what: str) -> list[tuple[Poly | None, Poly, int]]:
+    """Per written coordinate: (update-position variable or None, offset, step) from index expressions that must be
+    `offset + step * p` with each variable used once (an injective grid): otherwise Reject."""
+    atoms = [p.atom() for p in pvars]
+    out: list[tuple[Poly | None, Poly, int]] = []
+    used: set[object] = set()
+    for e in es:
+        p = E.as_integer(e) if not isinstance(e, E.Op) else None
+        if p is None or e.dtype not in E.INTS:
+            raise Reject(f"{what} indices are data-dependent")
+        vs = [a for a in atoms if a is not None and a in p.atoms()]
+        if not vs:
+            out.append((None, p, 0))
+            continue
+        c = p.coefficient(vs[0]) if len(vs) == 1 else None
+        if c is None or c.const is None or c.const == 0 or vs[0] in used:
+            raise Reject(f"{what} indices are not an injective affine grid")
+        rest = p - Poly.of(vs[0]) * c.const
+        if rest.vars():
+            raise Reject(f"{what} indices are not an injective affine grid")
+        used.add(vs[0])
+        out.append((Poly.of(vs[0]), rest, c.const))
+    for a, pv in zip(atoms, pvars):
+        if a is not None and a not in used:
+            raise Reject(f"{what} writes some positions more than once (duplicate indices)")
+    return out
+
+
+def _solve(i: Poly, offset: Poly, step: int, extent: Poly, conds: list[Expr]) -> Poly:
+    """The update position p with i == offset + step*p, appending the conditions that such a p exists."""
+    d = i - offset
+    if step < 0:
+        d, step = -d, -step
+    conds.append(E.binary("ge", IndexVal(d), IndexVal(Poly())))
+    conds.append(E.binary("lt", IndexVal(d), IndexVal(extent * step - (step - 1))))
+    if step != 1:
+        conds.append(E.binary("eq", IndexVal(mod(d, step)), IndexVal(Poly())))
+    return floordiv(d, step)
+
+
+def _all(conds: Sequence[Expr]) -> Expr:
+    out: Expr = Const(True, "bool")
+    for c in conds:
+        out = E.binary("and", out, c)
+    return out
+
+
+def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: Callable[..., Expr],
+           reduction: str) -> Lazy:
+    def fn(idx: tuple[Poly, ...]) -> Expr:
+        cond, upd_idx = conds_of(idx)
+        old = data.fn(idx)
+        if isinstance(cond, Const) and not cond.value:
+            return old
+        new = upd_at(upd_idx)
+        if reduction != "none":
+            new = E.binary(_REDUCE[reduction], old, new)
+        return L.guarded(cond, new, old)
+
+    return Lazy(data.dtype, data.shape, fn)
+
+
+def _scatter_nd(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    data, upd = args[0], args[2]
+    reduction = str(attrs.get("reduction", "none"))
+    if reduction not in ("none", *_REDUCE):
+        raise Reject(f"ScatterND reduction '{reduction}'")
+    if vals[1] is None:
+        raise Reject("ScatterND indices are data-dependent")
+    ind = vals[1].lazy()
+    k = ind.shape[-1].const
+    if k is None or k > data.rank:
+        raise Reject("ScatterND index depth is not a constant within the data rank")
+    pvars = [var(f"_p{n}", d) for n, d in enumerate(ind.shape[:-1])]
+    es = [ind.fn(tuple(pvars) + (Poly.of(j),)) for j in range(k)]
+    es = [_normalise_index(e, data.shape[j], op) for j, e in enumerate(es)]
+    grid = _affine_grid(es, pvars, op)
+    if upd.shape != tuple(ind.shape[:-1]) + tuple(data.shape[k:]):
+        raise Reject("ScatterND updates shape does not match indices and data")
+
+    def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
+        conds: list[Expr] = []
+        pos = {pv: Poly() for pv in pvars}
+        for j, (pv, off, step) in enumerate(grid):
+            if pv is None:
+                conds.append(E.binary("eq", IndexVal(idx[j]), IndexVal(off)))
+            else:
+                pos[pv] = _solve(idx[j], off, step, ind.shape[pvars.index(pv)], conds)
+        return _all(conds), tuple(pos[pv] for pv in pvars) + tuple(idx[k:])
+
+    return [_write(data, upd.fn, conds_of, reduction)]
+
+
+def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
+    p = E.as_integer(e)
+    if p is None or is_nonneg(p):
+        return e
+    if p.const is not None:
+        return E.index_val(p + dim)
+    raise Reject(f"{op} index of unknown sign")
+
+
+def _scatter_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    data, upd = args[0], args[2]
+    axis = _axis(int(attrs.get("axis", 0)), data.rank, op)
+    reduction = str(attrs.get("reduction", "none"))
+    if reduction not in ("none", *_REDUCE):
+        raise Reject(f"ScatterElements reduction '{reduction}'")
+    if vals[1] is None:
+        raise Reject("ScatterElements indices are data-dependent")
+    ind = vals[1].lazy()
+    if ind.shape != upd.shape or ind.rank != data.rank:
+        raise Reject("ScatterElements indices and updates shapes differ")
+    pvars = [var(f"_p{n}", d) for n, d in enumerate(ind.shape)]
+    e = _normalise_index(ind.fn(tuple(pvars)), data.shape[axis], op)
+    others = [pv for n, pv in enumerate(pvars) if n != axis]
+    (pv, off, step), = _affine_grid([e], [pvars[axis]], op)
+    if any(a in (E.as_integer(e) or Poly()).atoms() for o in others if (a := o.atom()) is not None):
+        raise Reject("ScatterElements indices depend on other axes")
+
+    def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
+        conds: list[Expr] = []
+        pos = list(idx)
+        for n in range(data.rank):
+            if n == axis:
+                if pv is None:
+                    conds.append(E.binary("eq", IndexVal(idx[n]), IndexVal(off)))
+                    pos[n] = Poly()
+                else:
+                    pos[n] = _solve(idx[n], off, step, ind.shape[axis], conds)
+            elif ind.shape[n] != data.shape[n]:
+                conds.append(E.binary("lt", IndexVal(idx[n]), IndexVal(ind.shape[n])))
+        return _all(conds), tuple(pos)
+
+    return [_write(data, upd.fn, conds_of, reduction)]
+
+
 LOWER: dict[str, Callable[..., list[Lazy]]] = {
     **{op: _binary(name) for op, name in _BINARY.items()},
     **{op: _unary(name) for op, name in _UNARY.items()},
@@ -420,7 +581,8 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
     "Identity": _identity, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze, "Transpose": _transpose, "Expand": _expand, "Tile": _tile, "Slice": _slice,
     "Gather": _gather, "Concat": _concat, "Split": _split, "Shape": _shape, "Size": _size,
-    "ConstantOfShape": _constant_of_shape, "Range": _range,
+    "ConstantOfShape": _constant_of_shape, "Range": _range, "ScatterND": _scatter_nd,
+    "ScatterElements": _scatter_elements,
 }
 
 # Inputs read only for their value at plan time (never loaded by a kernel): these edges do not tie a node to
@@ -428,13 +590,14 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
 VALUE_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
     "Gather": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Shape": (0,), "Size": (0,),
+    "ScatterND": (1,), "ScatterElements": (1,),
 }
 
 # Ops that onnxruntime runs without touching the data (aliases); a group made only of these gains nothing.
 FREE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"})
 
 
-def lower_node(op: str, attrs: dict, args: Sequence[Lazy | None], vals: Sequence[Known | None],
+def lower_node(op: str, attrs: dict, args: Sequence[Lazy | None], vals: Sequence[Value | None],
                n_out: int) -> list[Lazy]:
     f = LOWER.get(op)
     if f is None:
