@@ -61,3 +61,4 @@ class KernelSpec:
     source_nodes: tuple[str, ...]
     source_ops: tuple[str, ...]
     exact: bool  # every operation rounds exactly as onnxruntime does: outputs must match bit for bit
+    assumptions: tuple[tuple[Poly, Poly, str], ...] = ()  # sizes that must be equal at run time, and why

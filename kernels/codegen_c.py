@@ -133,6 +133,8 @@ class _Kernel:
             for x in walk(o.expr):
                 for p in _polys(x):
                     syms |= p.syms()
+        for a, b, _ in spec.assumptions:
+            syms |= a.syms() | b.syms()
         self.syms = sorted(syms, key=lambda s: s.name)
         self.sym_names = {s: f"s{k}" for k, s in enumerate(self.syms)}
         self.tables: dict[object, str] = {}
@@ -344,6 +346,14 @@ def _kernel_source(spec: KernelSpec) -> str:
                 f"is %lld, expected %lld ({_c_str(str(d))})\",\n"
                 f"                 (long long)in_dims[{si}][{a}], (long long){expect});\n"
                 f"        return 1;\n    }}")
+    for a, b, why in spec.assumptions:
+        pa, pb = print_poly(a, names), print_poly(b, names)
+        checks.append(
+            f"    if ({pa} != {pb}) {{\n"
+            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {_c_str(str(a))} = %lld and "
+            f"{_c_str(str(b))} = %lld must be equal ({_c_str(why)}; evonnx does not broadcast one of them)\",\n"
+            f"                 (long long){pa}, (long long){pb});\n"
+            f"        return 1;\n    }}")
     out_dims = []
     for oi, o in enumerate(spec.outputs):
         for a, d in enumerate(o.shape):

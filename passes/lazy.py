@@ -8,7 +8,9 @@ elements; the view path keeps the record that kernels print and that `explain` s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,15 +236,38 @@ def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
     return remap(x, shape, m, v)
 
 
+# Size equalities a kernel assumes and checks at run time (numpy broadcasting of two symbolic sizes neither of
+# which is provably 1). `lower_groups` collects them per group; analysis alone discards them.
+_assumptions: ContextVar[list[tuple[Poly, Poly, str]] | None] = ContextVar("assumptions", default=None)
+
+
+@contextmanager
+def collect_assumptions() -> Iterator[list[tuple[Poly, Poly, str]]]:
+    found: list[tuple[Poly, Poly, str]] = []
+    token = _assumptions.set(found)
+    try:
+        yield found
+    finally:
+        _assumptions.reset(token)
+
+
 def broadcast_shapes(shapes: Sequence[Sequence[Poly]], what: str) -> tuple[Poly, ...]:
     rank = max(len(s) for s in shapes)
     out: list[Poly] = []
     for k in range(rank):
-        dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0}
-        dims.discard(Poly.of(1))
+        dims = list(dict.fromkeys(s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0))
+        dims = [d for d in dims if d.const != 1]
+        consts = {d.const for d in dims if d.const is not None}
+        if len(consts) > 1:
+            raise Reject(f"{what}: sizes {sorted(consts)} do not broadcast")
         if len(dims) > 1:
-            raise Reject(f"{what}: cannot prove the shapes broadcast ({', '.join(sorted(map(str, dims)))})")
-        out.append(dims.pop() if dims else Poly.of(1))
+            # Two different symbolic sizes: valid ONNX needs them equal (or one of them 1, which evonnx does not
+            # handle). Assume the first and make the kernel check the equality at run time.
+            collected = _assumptions.get()
+            for d in dims[1:]:
+                if collected is not None:
+                    collected.append((dims[0], d, what))
+        out.append(dims[0] if dims else Poly.of(1))
     return tuple(out)
 
 

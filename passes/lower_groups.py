@@ -70,6 +70,7 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
     nodes = [by_name[x] for x in group.nodes]
     slots: dict[str, int] = {}
     env: dict[str, Lazy] = {}
+    assumptions: list[tuple[Poly, Poly, str]] = []
     for node in nodes:
         args: list[Lazy | None] = []
         vals = []
@@ -94,7 +95,9 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
                 slot = slots.setdefault(t.name, len(slots))
                 args.append(L.source(slot, info.dtype, info.shape))
         try:
-            outs = lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
+            with L.collect_assumptions() as found:
+                outs = lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
+            assumptions.extend((a, b, f"{why} in node '{node.name}'") for a, b, why in found)
         except Reject as r:
             raise InternalError(f"node '{node.name}' lowered alone but not in group {group.name}: {r}") from r
         for t, lz in zip(node.outputs, outs):
@@ -112,13 +115,17 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
     if not outputs:
         return None
     inputs = [KernelInput(name, an.tensors[name].dtype or "", an.tensors[name].shape or ()) for name in slots]
-    _bind_symbols(inputs, outputs, an)
+    _bind_symbols(inputs, outputs, an, assumptions)
     return KernelSpec(group.name, tuple(inputs), tuple(outputs), group.nodes, group.ops,
-                      all(is_exact(o.expr) for o in outputs))
+                      all(is_exact(o.expr) for o in outputs),
+                      tuple({(a, b): (a, b, why) for a, b, why in assumptions}.values()))
 
 
-def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput]) -> set[Sym]:
+def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput],
+             assumptions: Sequence[tuple[Poly, Poly, str]] = ()) -> set[Sym]:
     out: set[Sym] = set()
+    for a, b, _ in assumptions:
+        out |= a.syms() | b.syms()
     for o in outputs:
         for d in o.shape:
             out |= d.syms()
@@ -134,10 +141,11 @@ def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput]) -> 
     return out
 
 
-def _bind_symbols(inputs: list[KernelInput], outputs: Sequence[KernelOutput], an: Analysis) -> None:
+def _bind_symbols(inputs: list[KernelInput], outputs: Sequence[KernelOutput], an: Analysis,
+                  assumptions: Sequence[tuple[Poly, Poly, str]] = ()) -> None:
     """Every size symbol a kernel uses must be readable from one of its inputs' dims at run time; when none
     has it, the tensor it came from becomes an extra input (only its shape is read)."""
-    for s in sorted(_syms_of(outputs, inputs), key=lambda s: s.name):
+    for s in sorted(_syms_of(outputs, inputs, assumptions), key=lambda s: s.name):
         if any(Poly.of(s) in i.shape for i in inputs):
             continue
         origin = an.sym_origin.get(s.name)
