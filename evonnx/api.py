@@ -46,7 +46,8 @@ class OptimizeResult:
 
     def summary(self) -> str:
         lines = [f"{self.output}: {self.nodes_before} nodes -> {self.nodes_after} "
-                 f"({len(self.kernels)} fused kernels); library {self.library}"]
+                 f"({len(self.kernels)} fused kernels, {self.plan.copies_removed} full-tensor copies of "
+                 f"scatter writes removed); library {self.library}"]
         for k in self.kernels:
             ops: dict[str, int] = {}
             for op in k.source_ops:

@@ -24,6 +24,8 @@ def explain(path: str | Path) -> str:
         else:
             verdict = f"left to onnxruntime: {reasons.get(n.name, 'unknown')}"
         lines.append(f"  {n.name} ({n.op}): {verdict}")
+    lines.append("dependences (writes through views):")
+    lines.extend("  " + line for line in result.deps.describe().splitlines())
     for s in result.specs:
         lines.append(f"kernel {s.name}: {len(s.inputs)} inputs, {len(s.outputs)} outputs"
                      f"{', exact' if s.exact else ''}")

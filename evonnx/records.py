@@ -34,6 +34,7 @@ class FusionGroup:
 class FusionPlan:
     groups: tuple[FusionGroup, ...]
     rejected: tuple[Rejection, ...]
+    copies_removed: int = 0  # full-tensor copies of scatter writes that fused kernels no longer make
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The ordered passes of `evonnx optimize`: analyze -> plan_fusion -> lower_groups -> rewrite."""
+"""The ordered passes of `evonnx optimize`: analyze -> analyze_dependences -> plan_fusion -> lower_groups -> rewrite."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.model import default_opset
 from evonnx.passes.analyze import Analysis, analyze
+from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lower_groups import lower_groups
 from evonnx.passes.plan_fusion import Config, plan_fusion
 from evonnx.passes.rewrite import rewrite
@@ -17,13 +18,14 @@ from evonnx.records import FusionPlan, KernelSpec
 
 log = logging.getLogger(__name__)
 
-PASSES = ("analyze", "plan_fusion", "lower_groups", "rewrite")
+PASSES = ("analyze", "analyze_dependences", "plan_fusion", "lower_groups", "rewrite")
 
 
 @dataclass
 class PipelineResult:
     graph: gs.Graph  # the input graph, as imported (toposorted)
     analysis: Analysis
+    deps: DepInfo
     plan: FusionPlan
     specs: list[KernelSpec]
     optimized: gs.Graph
@@ -34,9 +36,11 @@ def run_pipeline(model: onnx.ModelProto, *, cfg: Config = Config()) -> PipelineR
     g.toposort()
     an = analyze(g, default_opset(model))
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))
-    plan = plan_fusion(g, an, cfg=cfg)
+    deps = analyze_dependences(g, an)
+    log.info("dependences: %d storages written through views, %d edges", len(deps.storages), len(deps.edges))
+    plan = plan_fusion(g, an, deps, cfg=cfg)
     log.info("plan_fusion: %d groups, %d nodes left to onnxruntime", len(plan.groups), len(plan.rejected))
     specs, _ = lower_groups(g, plan, an)
     log.info("lower_groups: %d kernels", len(specs))
     optimized = rewrite(g, specs, an)
-    return PipelineResult(g, an, plan, specs, optimized)
+    return PipelineResult(g, an, deps, plan, specs, optimized)

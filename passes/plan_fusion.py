@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 
 from evonnx.passes.analyze import Analysis
+from evonnx.passes.dependences import DepInfo, copies_removed
 from evonnx.passes.lazy import Reject
 from evonnx.passes.lower_ops import FREE_OPS, VALUE_INPUTS
 from evonnx.records import FusionGroup, FusionPlan, Rejection
@@ -74,7 +75,7 @@ def _creates_cycle(gr: _Graph, group: set[int]) -> bool:
     return False
 
 
-def plan_fusion(g: gs.Graph, an: Analysis, *, cfg: Config = Config()) -> FusionPlan:
+def plan_fusion(g: gs.Graph, an: Analysis, deps: DepInfo, *, cfg: Config = Config()) -> FusionPlan:
     gr = _Graph(g, an)
     n = len(gr.nodes)
     group_of = list(range(n))
@@ -133,4 +134,5 @@ def plan_fusion(g: gs.Graph, an: Analysis, *, cfg: Config = Config()) -> FusionP
         else:
             reason = "no fusible neighbour"
         rejected.append(Rejection(node.name, node.op, reason))
-    return FusionPlan(tuple(groups), tuple(rejected))
+    fused = {name for grp in groups for name in grp.nodes}
+    return FusionPlan(tuple(groups), tuple(rejected), copies_removed(deps, fused))
