@@ -88,6 +88,20 @@ class Op(Expr):
         return f"{self.op}(" + ", ".join(str(a) for a in self.args) + ")"
 
 
+@dataclass(frozen=True, slots=True)
+class Reduce(Expr):
+    """`op` of `body` over the loop variable `var` (bound here): sum, prod, max, min, argmax, argmin."""
+
+    op: str
+    var: Poly  # a Var atom
+    body: Expr
+    dtype: str
+    attr: int = 0  # argmax/argmin: 1 selects the last index of the extreme value
+
+    def __str__(self) -> str:
+        return f"{self.op}[{self.var}]({self.body})"
+
+
 # -- op catalogue -----------------------------------------------------------------------------------------
 ARITH = {"add", "sub", "mul", "div", "mod", "pow", "min", "max"}
 COMPARE = {"eq", "lt", "le", "gt", "ge"}
@@ -100,6 +114,11 @@ EXACT_OPS = ARITH - {"pow"} | COMPARE | LOGIC | UNARY_EXACT | {"where", "cast", 
 
 def is_exact(e: Expr) -> bool:
     """True when every operation of `e` rounds exactly as onnxruntime does (IEEE basic arithmetic)."""
+    if isinstance(e, Reduce):
+        # onnxruntime sums floats in its own (vectorised) order; max/min/argmax and integer sums are exact
+        if e.op in ("sum", "prod") and e.dtype in FLOATS:
+            return False
+        return is_exact(e.body)
     if isinstance(e, Op):
         if e.op not in EXACT_OPS or (e.op == "mod" and e.dtype in FLOATS):
             return False
@@ -261,6 +280,25 @@ def clip(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
     return out
 
 
+def free_vars(e: Expr, memo: dict | None = None) -> frozenset:
+    """Loop-variable atoms `e` depends on, excluding those its reductions bind."""
+    memo = {} if memo is None else memo
+    if e in memo:
+        return memo[e]
+    if isinstance(e, (Load, TableLoad)):
+        out = frozenset(e.index.vars())
+    elif isinstance(e, IndexVal):
+        out = frozenset(e.poly.vars())
+    elif isinstance(e, Op):
+        out = frozenset().union(*(free_vars(a, memo) for a in e.args))
+    elif isinstance(e, Reduce):
+        out = free_vars(e.body, memo) - {e.var.atom()}
+    else:
+        out = frozenset()
+    memo[e] = out
+    return out
+
+
 def walk(e: Expr) -> list[Expr]:
     """Every subexpression of `e`, children before parents, each once."""
     seen: dict[Expr, None] = {}
@@ -271,6 +309,8 @@ def walk(e: Expr) -> list[Expr]:
         if isinstance(x, Op):
             for a in x.args:
                 go(a)
+        elif isinstance(x, Reduce):
+            go(x.body)
         seen[x] = None
 
     go(e)
@@ -308,6 +348,8 @@ def substitute(e: Expr, mapping: dict) -> Expr:
                 r = cast(args[0], x.dtype)
             else:
                 r = Op(x.op, args, x.dtype, x.attr)
+        elif isinstance(x, Reduce):
+            r = Reduce(x.op, x.var, go(x.body), x.dtype, x.attr)
         else:
             r = x
         memo[x] = r

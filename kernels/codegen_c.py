@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from evonnx.expr import COMPARE, ONNX_CODE, Const, Expr, IndexVal, Load, Op, TableLoad, ValueTable, substitute, walk
+from evonnx.expr import (COMPARE, ONNX_CODE, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad, ValueTable,
+                         free_vars, substitute, walk)
 from evonnx.index import Atom, Lookup, Poly, Sym, Table, Var, is_le, subs, var
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
@@ -204,7 +205,11 @@ class _Kernel:
         for _, e in roots:
             self.collect_tables(e)
         names = Names(cvars, self.sym_names, self.tables)
-        body = _body(roots, names, oi, o.dtype)
+        inner_var = None
+        if inner is not None:
+            a = base[o.index[inner].atom()].terms  # type: ignore[index]
+            inner_var = next(x for mono, _ in a for x in mono if isinstance(x, Var))
+        row_body, body = _body(roots, names, oi, o.dtype, inner_var)
         fname = f"{self.spec.name}_o{oi}_p{pi}"
         rng = len(self.runs)
         inner_ext = print_poly(ext[inner], names) if inner is not None else "INT64_C(1)"
@@ -215,6 +220,7 @@ class _Kernel:
         self.tasks.append(_template("task.c").substitute(
             kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=note, fname=fname,
             range=rng, bindings=self._bindings(o), inner_extent=inner_ext, unravel=unravel, body=body,
+            row_body=row_body,
             advance=advance))
         total = print_poly(_prod([ext[k] for k in outer] + ([ext[inner]] if inner is not None else [])), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
@@ -277,23 +283,39 @@ def _odometer(outer: Sequence[int], ext: Sequence[Poly], names: Names) -> tuple[
     return "\n".join(un), "\n".join(adv) + close
 
 
-def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str) -> str:
-    """Statements computing every root, with subexpressions used more than once in temporaries. Nodes reached
-    only through a guarded select branch are never hoisted: they may read out of range when not taken."""
-    uses: dict[Expr, int] = {}
+def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
+          inner: Var | None) -> tuple[str, str]:
+    """Statements computing every root: (per row, before the inner loop; inside the inner loop).
 
-    def count(x: Expr, guarded: bool) -> None:
-        if guarded:
+    Subexpressions used more than once become temporaries, and those that do not depend on the inner loop
+    variable are computed once per row (a row-wise reduction feeding every element of its row is computed once,
+    not per element). Nodes reached only through a guarded select branch are never hoisted: they may read out of
+    range when not taken; nothing that depends on a reduction's own variable leaves that reduction."""
+    uses: dict[Expr, int] = {}
+    fv: dict = {}
+
+    def count(x: Expr, guarded: bool, bound: frozenset) -> None:
+        # Inside a reduction only what does not depend on its (bound) loop variable may be hoisted.
+        if guarded or (bound and free_vars(x, fv) & bound):
+            if isinstance(x, Op):
+                for k, a in enumerate(x.args):
+                    count(a, True if guarded else (x.attr == "guard" and k > 0), bound)
+            elif isinstance(x, Reduce) and not guarded:
+                count(x.body, False, bound | {x.var.atom()})
             return
         uses[x] = uses.get(x, 0) + 1
-        if uses[x] > 1 or not isinstance(x, Op):
+        if uses[x] > 1:
             return
-        for k, a in enumerate(x.args):
-            count(a, x.attr == "guard" and k > 0)
+        if isinstance(x, Op):
+            for k, a in enumerate(x.args):
+                count(a, x.attr == "guard" and k > 0, bound)
+        elif isinstance(x, Reduce):
+            count(x.body, False, bound | {x.var.atom()})
 
     for _, e in roots:
-        count(e, False)
+        count(e, False, frozenset())
     temps: dict[Expr, str] = {}
+    row_lines: list[str] = []
     lines: list[str] = []
 
     def sub(x: Expr) -> str:
@@ -305,15 +327,19 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str)
     for _, e in roots:
         order.extend(walk(e))
     for x in dict.fromkeys(order):
-        if uses.get(x, 0) > 1 and isinstance(x, (Op, Load, TableLoad)):
+        if x not in uses or not isinstance(x, (Op, Load, TableLoad, Reduce)):
+            continue
+        invariant = inner is None or inner not in free_vars(x, fv)
+        if uses[x] > 1 or (invariant and inner is not None):
             code = print_expr(x, names, sub)
             name = f"t{len(temps)}"
-            lines.append(f"            const {CTYPE[x.dtype]} {name} = {code};")
+            (row_lines if invariant else lines).append(
+                f"{'        ' if invariant else '            '}const {CTYPE[x.dtype]} {name} = {code};")
             temps[x] = name
     t = CTYPE[dtype]
     for pos, e in roots:
         lines.append(f"            out{oi}[{print_poly(pos, names)}] = ({t})({sub(e)});")
-    return "\n".join(lines)
+    return "\n".join(row_lines), "\n".join(lines)
 
 
 # -- whole kernels ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import math
 import struct
 from collections.abc import Callable
 
-from evonnx.expr import FLOATS, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, TableLoad
+from evonnx.expr import FLOATS, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
@@ -25,12 +25,25 @@ _MATH1 = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "sin": "sin"
 
 
 class Names:
-    """C names of the atoms a kernel uses: loop variables, size symbols, tables."""
+    """C names of the atoms a kernel uses: loop variables, size symbols, tables.
 
-    def __init__(self, vars_: dict[Var, str], syms: dict[Sym, str], tables: dict[object, str]):
+    `index_type` is the one dialect hook: None prints index arithmetic in int64 (`INT64_C(c)` literals), as the
+    CPU kernels compute it; a type name (the CUDA kernels' template parameter `I`, int32_t or int64_t) makes
+    every literal and table entry of an index polynomial that type, so a whole index is computed in it.
+    """
+
+    def __init__(self, vars_: dict[Var, str], syms: dict[Sym, str], tables: dict[object, str],
+                 index_type: str | None = None):
         self.vars = vars_
         self.syms = syms
         self.tables = tables  # index.Table and expr.ValueTable objects -> C array names
+        self.index_type = index_type
+
+    def int_literal(self, c: int) -> str:
+        if self.index_type is None:
+            return f"INT64_C({c})"
+        # A literal beyond int32 only occurs in indices whose bound rules the 32-bit variant out at run time.
+        return f"(({self.index_type}){c})" if -(1 << 31) <= c < (1 << 31) else f"(({self.index_type})INT64_C({c}))"
 
 
 def print_poly(p: Poly, names: Names) -> str:
@@ -40,11 +53,11 @@ def print_poly(p: Poly, names: Names) -> str:
     for mono, c in p.terms:
         factors = [_atom(a, names) for a in mono]
         if not factors:
-            parts.append(f"INT64_C({c})")
+            parts.append(names.int_literal(c))
         elif c == 1:
             parts.append("*".join(factors))
         else:
-            parts.append(f"INT64_C({c})*" + "*".join(factors))
+            parts.append(f"{names.int_literal(c)}*" + "*".join(factors))
     return "(" + " + ".join(parts) + ")"
 
 
@@ -62,8 +75,43 @@ def _atom(a: Atom, names: Names) -> str:
     if isinstance(a, Max):
         return f"evo_imax({print_poly(a.a, names)}, {print_poly(a.b, names)})"
     if isinstance(a, Lookup):
-        return f"{names.tables[a.table]}[{print_poly(a.index, names)}]"
+        entry = f"{names.tables[a.table]}[{print_poly(a.index, names)}]"
+        return entry if names.index_type is None else f"(({names.index_type}){entry})"
     raise TypeError(f"cannot print atom {a!r}")
+
+
+_IDENTITY = {"sum": 0, "prod": 1}
+
+
+def _extreme(dtype: str, low: bool) -> str:
+    if dtype in FLOATS:
+        return print_const(float("-inf") if low else float("inf"), dtype)
+    info = __import__("numpy").iinfo(dtype) if dtype != "bool" else None
+    return print_const((info.min if low else info.max) if info is not None else (0 if low else 1), dtype)
+
+
+def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
+    """A reduction as a GNU statement expression (gcc and nvcc both accept it) with its own loop variable."""
+    v = e.var.atom()
+    assert isinstance(v, Var)
+    r = f"r{len(names.vars)}"
+    names.vars[v] = r
+    ext = print_poly(v.extent, names)
+    t = CTYPE[e.body.dtype]
+    body = sub(e.body)
+    if e.op in ("argmax", "argmin"):
+        better = ">" if e.op == "argmax" else "<"
+        better += "=" if e.attr else ""
+        return (f"({{ int64_t {r}_at = 0; {t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')}; "
+                f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
+                f"if ({r} == 0 || {r}_v {better} {r}_best) {{ {r}_best = {r}_v; {r}_at = {r}; }} }} {r}_at; }})")
+    if e.op in _IDENTITY:
+        init = print_const(_IDENTITY[e.op], e.dtype)
+        step = f"{r}_acc = {r}_acc {'+' if e.op == 'sum' else '*'} ({body});"
+    else:
+        init = _extreme(e.dtype, e.op == "max")
+        step = f"{r}_acc = evo_{e.op}_{SUFFIX[e.dtype]}({r}_acc, {body});"
+    return f"({{ {t} {r}_acc = {init}; for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ {step} }} {r}_acc; }})"
 
 
 def print_const(value: float | int | bool, dtype: str) -> str:
@@ -98,6 +146,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         return f"{names.tables[e.table]}[{print_poly(e.index, names)}]"
     if isinstance(e, IndexVal):
         return print_poly(e.poly, names)
+    if isinstance(e, Reduce):
+        return _print_reduce(e, names, sub)
     assert isinstance(e, Op)
     a = [sub(x) for x in e.args]
     src = e.args[0].dtype if e.args else e.dtype

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evonnx.expr import Const, Expr, IndexVal, Load, TableLoad, ValueTable, binary, const, guarded_where, index_val, where
-from evonnx.index import Poly, PolyLike, Table, floordiv, lookup, mod, product
+from evonnx.index import Poly, PolyLike, Table, floordiv, lookup, mod, product, var
 from evonnx.view import View
 
 Index = tuple[Poly, ...]
@@ -92,6 +92,20 @@ def _unflat(flat: Poly, shape: Sequence[Poly]) -> Index:
 
 
 _table_ids = iter(range(1 << 62))
+_var_ids = iter(range(1 << 62))
+
+
+def reset_names() -> None:
+    """Restart the numbering of tables and reduction variables, so one model's kernels come out the same in
+    every run of the same process."""
+    global _table_ids, _var_ids
+    _table_ids = iter(range(1 << 62))
+    _var_ids = iter(range(1 << 62))
+
+
+def fresh_var(extent: Poly) -> Poly:
+    """A new loop variable for a reduction over `extent` elements."""
+    return var(f"_r{next(_var_ids)}", extent)
 
 
 def constant(array: np.ndarray, dtype: str) -> Lazy:

@@ -431,6 +431,113 @@ def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return [L.Lazy(dtype, (n,), lambda idx: E.cast(E.index_val(start + idx[0] * step), dtype))]
 
 
+# -- reductions ---------------------------------------------------------------------------------------------
+MAX_SOFTMAX_AXIS = 8  # Softmax fuses only over a short last axis, which code generation unrolls (see below)
+
+
+def _reduce_axes(op: str, attrs: dict, args: list, vals: list, rank: int) -> list[int] | None:
+    """The reduced axes (sorted), or None for "no reduction" (empty axes with noop_with_empty_axes)."""
+    if len(args) > 1 and args[1] is not None:
+        axes = const_ints(vals[1], f"{op} axes")
+    else:
+        axes = [int(a) for a in attrs.get("axes", [])]
+    if not axes:
+        return None if int(attrs.get("noop_with_empty_axes", 0)) else list(range(rank))
+    return sorted({_axis(a, rank, op) for a in axes})
+
+
+def _reducer(kind: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+        x = args[0]
+        axes = _reduce_axes(op, attrs, args, vals, x.rank)
+        if axes is None:
+            return [x]
+        if kind in ("mean",) and x.dtype not in E.FLOATS:
+            raise Reject(f"{op} of integers is not supported")
+        keep = int(attrs.get("keepdims", 1))
+        for a in axes:
+            if x.shape[a].const == 0:
+                raise Reject(f"{op} over an empty axis")
+        shape = tuple(Poly.of(1) if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes)
+        count = product(x.shape[a] for a in axes)
+
+        def fn(idx: tuple[Poly, ...]) -> Expr:
+            full: list[Poly] = []
+            rvars: list[Poly] = []
+            it = iter(idx)
+            for k in range(x.rank):
+                if k in axes:
+                    if keep:
+                        next(it)
+                    v = L.fresh_var(x.shape[k])
+                    rvars.append(v)
+                    full.append(v)
+                else:
+                    full.append(next(it))
+            out = x.fn(tuple(full))
+            for v in reversed(rvars):
+                if v.atom() is not None:
+                    out = E.Reduce("sum" if kind == "mean" else kind, v, out, x.dtype)
+            if kind == "mean":
+                out = E.binary("div", out, E.cast(E.index_val(count), x.dtype))
+            return out
+
+        return [Lazy(x.dtype, shape, fn)]
+    return f
+
+
+def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+        x = args[0]
+        axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
+        keep = int(attrs.get("keepdims", 1))
+        last = int(attrs.get("select_last_index", 0))
+        shape = tuple(Poly.of(1) if k == axis else d for k, d in enumerate(x.shape) if keep or k != axis)
+
+        def fn(idx: tuple[Poly, ...]) -> Expr:
+            v = L.fresh_var(x.shape[axis])
+            full = list(idx)
+            if keep:
+                full[axis] = v
+            else:
+                full.insert(axis, v)
+            if v.atom() is None:
+                return Const(0, "int64")
+            return E.Reduce(kind, v, x.fn(tuple(full)), "int64", last)
+
+        return [Lazy("int64", shape, fn)]
+    return f
+
+
+def _softmax(log: bool) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+        x = args[0]
+        if x.dtype not in E.FLOATS:
+            raise Reject(f"{op} of {x.dtype}")
+        axis = _axis(int(attrs.get("axis", -1)), x.rank, op)
+        n = x.shape[axis].const
+        # Each output element is computed on its own, so its max and sum are shared only between elements
+        # computed together: the unrolled last axis. Elsewhere they would be recomputed per element.
+        if axis != x.rank - 1 or n is None or n > MAX_SOFTMAX_AXIS:
+            raise Reject(f"{op} over an axis that is not a last axis of at most {MAX_SOFTMAX_AXIS} elements would "
+                         "recompute its max and sum per element")
+
+        def fn(idx: tuple[Poly, ...]) -> Expr:
+            def at(r: Poly) -> Expr:
+                return x.fn(idx[:axis] + (r,) + idx[axis + 1:])
+
+            r1, r2 = L.fresh_var(x.shape[axis]), L.fresh_var(x.shape[axis])
+            m = E.Reduce("max", r1, at(r1), x.dtype)
+            s = E.Reduce("sum", r2, E.unary("exp", E.binary("sub", at(r2), m)), x.dtype)
+            shifted = E.binary("sub", x.fn(idx), m)
+            if log:
+                return E.binary("sub", shifted, E.unary("log", s))
+            return E.binary("div", E.unary("exp", shifted), s)
+
+        return [Lazy(x.dtype, x.shape, fn)]
+    return f
+
+
 # -- writes through views -----------------------------------------------------------------------------------
 _REDUCE = {"add": "add", "mul": "mul", "max": "max", "min": "min"}
 
@@ -583,6 +690,9 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
     "Gather": _gather, "Concat": _concat, "Split": _split, "Shape": _shape, "Size": _size,
     "ConstantOfShape": _constant_of_shape, "Range": _range, "ScatterND": _scatter_nd,
     "ScatterElements": _scatter_elements,
+    "ReduceSum": _reducer("sum"), "ReduceMean": _reducer("mean"), "ReduceMax": _reducer("max"),
+    "ReduceMin": _reducer("min"), "ReduceProd": _reducer("prod"), "ArgMax": _arg_extreme("argmax"),
+    "ArgMin": _arg_extreme("argmin"), "Softmax": _softmax(False), "LogSoftmax": _softmax(True),
 }
 
 # Inputs read only for their value at plan time (never loaded by a kernel): these edges do not tie a node to
@@ -590,8 +700,14 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
 VALUE_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
     "Gather": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Shape": (0,), "Size": (0,),
-    "ScatterND": (1,), "ScatterElements": (1,),
+    "ScatterND": (1,), "ScatterElements": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
+    "ReduceMin": (1,), "ReduceProd": (1,),
 }
+
+# Ops whose output elements each read many input elements (a group that recomputes them per consumer element
+# pays that many times over).
+REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin",
+                        "Softmax", "LogSoftmax"})
 
 # Ops that onnxruntime runs without touching the data (aliases); a group made only of these gains nothing.
 FREE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"})

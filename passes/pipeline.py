@@ -11,6 +11,7 @@ import onnx_graphsurgeon as gs
 from evonnx.model import default_opset
 from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.dependences import DepInfo, analyze_dependences
+from evonnx.passes.lazy import reset_names
 from evonnx.passes.lower_groups import lower_groups
 from evonnx.passes.plan_fusion import Config, plan_fusion
 from evonnx.passes.rewrite import rewrite
@@ -32,6 +33,7 @@ class PipelineResult:
 
 
 def run_pipeline(model: onnx.ModelProto, *, cfg: Config = Config()) -> PipelineResult:
+    reset_names()
     g = gs.import_onnx(model)
     g.toposort()
     an = analyze(g, default_opset(model))

@@ -17,9 +17,11 @@
 extern "C" {
 #endif
 
-#define EVO_ABI_VERSION 1
+#define EVO_ABI_VERSION 2
 #define EVO_ERRLEN 512
 #define EVO_MAX_RANK 16
+/* Threads per block of every CUDA launch; the generated __global__ functions declare it as their bound. */
+#define EVO_CUDA_BLOCK 256
 
 /* One unit of parallel work: the runtime calls fn(data, i) for every i in [0, n) on onnxruntime's
  * intra-op thread pool (or inline when the pool has one thread). */
@@ -40,6 +42,29 @@ typedef struct evo_args {
                                          * size. parallel_for still uses the whole pool; size tasks by work. */
 } evo_args;
 
+/* ---- CUDA (ABI 2) ----------------------------------------------------------------------------------------
+ * A library built with `--target cuda|both` holds one fatbin (`evo_cuda_image`: CUBINs for the chosen
+ * architectures plus PTX) with every kernel's __global__ functions, and, per kernel, host code that says what to
+ * launch. Every __global__ takes, in order: one pointer per input (also for inputs read only for their shape),
+ * one per output, one int64 per size symbol, and the int64 work-item count `total`; it runs a grid-stride loop
+ * over [0, total), so any grid size is correct. The host code is plain C compiled with the kernels object: the
+ * library has no link-time CUDA dependency, the runtime reaches the driver through dlopen. */
+typedef struct evo_cuda_launch {
+    int32_t entry;                      /* index into evo_cuda_kernel.entries */
+    int64_t total;                      /* work items; the runtime skips a launch of 0 */
+} evo_cuda_launch;
+
+typedef struct evo_cuda_kernel {
+    int32_t num_entries;
+    const char *const *entries;         /* __global__ names in evo_cuda_image, resolved once per device */
+    int32_t num_launches;               /* launches per Compute, made in this order on one stream */
+    int32_t num_syms;                   /* int64 size arguments after the pointers */
+    /* Called after infer() succeeded on the same dims: binds the size symbols into syms[0 .. num_syms) and
+     * fills launches[0 .. num_launches) (each picks the 32-bit-index variant of its entry when every index it
+     * computes fits, else the 64-bit one). Returns 0, or non-zero after writing a message into err. */
+    int (*plan)(const int64_t *const *input_dims, int64_t *syms, evo_cuda_launch *launches, char *err);
+} evo_cuda_kernel;
+
 typedef struct evo_kernel {
     const char *name;                   /* matches the node attribute `kernel` */
     int32_t num_inputs;
@@ -54,12 +79,25 @@ typedef struct evo_kernel {
                  char *err);
     /* Computes every output. Returns 0, or non-zero after writing a message into err. */
     int (*compute)(const evo_args *args, char *err);
+    /* The CUDA side of this kernel, or NULL when the library was built for the CPU only. Keep it last, so a
+     * CPU-only initializer that omits it leaves it NULL. */
+    const evo_cuda_kernel *cuda;
 } evo_kernel;
 
 /* Defined by the generated kernels object of each model library. */
 extern const evo_kernel *const evo_kernel_table[];
 extern const int32_t evo_kernel_count;
 extern const char evo_library_model[]; /* the model file name the library was built for, for messages */
+
+/* The fatbin of a CUDA build, defined (hidden, in .rodata) by an object the build generates; weak, so a CPU-only
+ * library leaves both undefined and their addresses NULL. Test `&evo_cuda_image_size != NULL` before reading. */
+#if defined(__GNUC__)
+#define EVO_WEAK __attribute__((weak))
+#else
+#define EVO_WEAK
+#endif
+extern const unsigned char evo_cuda_image[] EVO_WEAK;
+extern const size_t evo_cuda_image_size EVO_WEAK;
 
 #ifdef __cplusplus
 }

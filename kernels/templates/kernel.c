@@ -36,7 +36,13 @@ static const int32_t ${kernel}_in_types[] = {$in_types};
 static const int32_t ${kernel}_in_ranks[] = {$in_ranks};
 static const int32_t ${kernel}_out_types[] = {$out_types};
 static const int32_t ${kernel}_out_ranks[] = {$out_ranks};
+#ifdef EVO_WITH_CUDA /* set by the build when the CUDA host code (codegen_cuda.generate_cuda_host) is appended */
+extern const evo_cuda_kernel ${kernel}_cuda;
+#define ${kernel}_CUDA (&${kernel}_cuda)
+#else
+#define ${kernel}_CUDA NULL
+#endif
 static const evo_kernel ${kernel}_entry = {
     "$kernel", $n_in, $n_out, ${kernel}_in_types, ${kernel}_in_ranks, ${kernel}_out_types, ${kernel}_out_ranks,
-    ${kernel}_infer, ${kernel}_compute,
+    ${kernel}_infer, ${kernel}_compute, ${kernel}_CUDA,
 };
