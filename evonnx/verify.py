@@ -44,9 +44,15 @@ def _symbols(model: onnx.ModelProto) -> list[str]:
     return out
 
 
+# Value regimes each check runs: small values (signs, exp() stays finite), then large ones (image-sized boxes
+# and thresholds, wide integer ranges), so that comparisons and clamps take both branches in one of them.
+REGIMES = ({"float_scale": 2.0, "int_high": 8}, {"float_scale": 400.0, "int_high": 2000})
+
+
 def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+                shapes: Mapping[str, Sequence[int]] | None = None, regime: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
+    scale, high = REGIMES[regime]["float_scale"], REGIMES[regime]["int_high"]
     init = {t.name for t in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
     for i in model.graph.input:
@@ -62,11 +68,12 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
                 key = d.dim_param if d.HasField("dim_param") else f"{i.name}:{k}"
                 shape.append(d.dim_value if d.HasField("dim_value") else sizes[key])
         if np.issubdtype(dtype, np.floating):
-            arr = (rng.standard_normal(shape) * 2.0).astype(dtype)
+            arr = (rng.standard_normal(shape) * scale).astype(dtype)
         elif dtype == np.bool_:
             arr = rng.random(shape) < 0.5
         else:
-            arr = rng.integers(0, 8, size=shape).astype(dtype)
+            info = np.iinfo(dtype)
+            arr = rng.integers(0, min(high, int(info.max)), size=shape).astype(dtype)
         feeds[i.name] = arr
     return feeds
 
@@ -127,23 +134,29 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     wanted = 1 if plans else 2
     result = CheckResult()
     last_error = ""
+    sized = 0
     for cand in ([None] if plans else SIZE_CANDIDATES):
         run_sizes = plans[0] if cand is None else {s: cand for s in symbols}
-        feeds = make_inputs(original, {**{s: 3 for s in symbols}, **run_sizes}, seed + len(result.runs), shapes)
-        try:
-            refs = ref_sess.run(None, feeds)
-        except Exception as e:  # noqa: BLE001 - the original rejects these inputs: try other sizes
-            last_error = str(e).splitlines()[0]
-            continue
-        try:
-            gots = opt_sess.run(None, feeds)
-        except Exception as e:  # noqa: BLE001
-            raise VerificationError(f"the optimized model fails where the original runs "
-                                    f"(sizes {run_sizes}): {str(e).splitlines()[0]}") from e
-        for out, ref, got in zip(original.graph.output, refs, gots):
-            _compare(out.name, np.asarray(ref), np.asarray(got), out.name in exact_outputs, result)
-        result.runs.append(run_sizes)
-        if len(result.runs) >= wanted:
+        ran = False
+        for regime in range(len(REGIMES)):
+            feeds = make_inputs(original, {**{s: 3 for s in symbols}, **run_sizes}, seed + len(result.runs), shapes,
+                                regime)
+            try:
+                refs = ref_sess.run(None, feeds)
+            except Exception as e:  # noqa: BLE001 - the original rejects these inputs: try other ones
+                last_error = str(e).splitlines()[0]
+                continue
+            try:
+                gots = opt_sess.run(None, feeds)
+            except Exception as e:  # noqa: BLE001
+                raise VerificationError(f"the optimized model fails where the original runs "
+                                        f"(sizes {run_sizes}): {str(e).splitlines()[0]}") from e
+            for out, ref, got in zip(original.graph.output, refs, gots):
+                _compare(out.name, np.asarray(ref), np.asarray(got), out.name in exact_outputs, result)
+            result.runs.append(run_sizes)
+            ran = True
+        sized += ran
+        if sized >= wanted:
             break
     if not result.runs:
         raise VerificationError(f"cannot check: onnxruntime rejects every generated input for the original model "

@@ -236,13 +236,11 @@ def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
     if shape == x.shape:
         return x
     lead = len(shape) - x.rank
+    # sizes other than 1 are equal to the target's: proven, or assumed and checked at run time by the kernel
+    keep = [x.shape[k].const != 1 for k in range(x.rank)]
     v = None
-    if x.view:
-        try:
-            v = (x.view[0], x.view[1].expand(shape))
-        except ValueError:
-            v = None
-    keep = [x.shape[k] == shape[lead + k] for k in range(x.rank)]
+    if x.view and all(x.shape[k] == shape[lead + k] or not keep[k] for k in range(x.rank)):
+        v = (x.view[0], x.view[1].expand(shape))
 
     def m(idx: Index) -> Index:
         return tuple(idx[lead + k] if keep[k] else Poly() for k in range(x.rank))

@@ -1,8 +1,10 @@
-"""The ordered passes of `evonnx optimize`: analyze -> analyze_dependences -> plan_fusion -> lower_groups -> rewrite."""
+"""The ordered passes of `evonnx optimize`:
+analyze -> analyze_dependences -> plan (greedy `plan_fusion` or `plan_search`) -> lower_groups -> rewrite."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -10,16 +12,19 @@ import onnx_graphsurgeon as gs
 
 from evonnx.model import default_opset
 from evonnx.passes.analyze import Analysis, analyze
+from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import reset_names
 from evonnx.passes.lower_groups import lower_groups
-from evonnx.passes.plan_fusion import Config, plan_fusion
+from evonnx.passes.plan_fusion import plan_fusion
+from evonnx.passes.plan_search import SearchConfig, plan_search
 from evonnx.passes.rewrite import rewrite
 from evonnx.records import FusionPlan, KernelSpec
 
 log = logging.getLogger(__name__)
 
-PASSES = ("analyze", "analyze_dependences", "plan_fusion", "lower_groups", "rewrite")
+PASSES = ("analyze", "analyze_dependences", "plan_fusion | plan_search", "lower_groups", "rewrite")
+PLANNERS = ("greedy", "search")
 
 
 @dataclass
@@ -27,12 +32,17 @@ class PipelineResult:
     graph: gs.Graph  # the input graph, as imported (toposorted)
     analysis: Analysis
     deps: DepInfo
+    stats: NodeStats
+    cost_model: CostModel
     plan: FusionPlan
     specs: list[KernelSpec]
     optimized: gs.Graph
 
 
-def run_pipeline(model: onnx.ModelProto, *, cfg: Config = Config()) -> PipelineResult:
+def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
+                 cost_model: CostModel | None = None, cfg: SearchConfig = SearchConfig()) -> PipelineResult:
+    if planner not in PLANNERS:
+        raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     reset_names()
     g = gs.import_onnx(model)
     g.toposort()
@@ -40,9 +50,14 @@ def run_pipeline(model: onnx.ModelProto, *, cfg: Config = Config()) -> PipelineR
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))
     deps = analyze_dependences(g, an)
     log.info("dependences: %d storages written through views, %d edges", len(deps.storages), len(deps.edges))
-    plan = plan_fusion(g, an, deps, cfg=cfg)
-    log.info("plan_fusion: %d groups, %d nodes left to onnxruntime", len(plan.groups), len(plan.rejected))
+    stats = node_stats(g, an, sizes)
+    cm = cost_model if cost_model is not None else (calibrate() if planner == "search" else CostModel())
+    if planner == "search":
+        plan = plan_search(g, an, deps, stats, cm, cfg=cfg)
+    else:
+        plan = plan_fusion(g, an, deps, cfg=cfg)
+    log.info("%s planner: %d groups, %d nodes left to onnxruntime", planner, len(plan.groups), len(plan.rejected))
     specs, _ = lower_groups(g, plan, an)
     log.info("lower_groups: %d kernels", len(specs))
     optimized = rewrite(g, specs, an)
-    return PipelineResult(g, an, deps, plan, specs, optimized)
+    return PipelineResult(g, an, deps, stats, cm, plan, specs, optimized)

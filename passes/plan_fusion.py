@@ -18,7 +18,7 @@ import onnx_graphsurgeon as gs
 from evonnx.passes.analyze import Analysis
 from evonnx.passes.dependences import DepInfo, copies_removed
 from evonnx.passes.lazy import Reject
-from evonnx.passes.lower_ops import FREE_OPS, VALUE_INPUTS
+from evonnx.passes.lower_ops import FREE_OPS, REDUCTIONS, VALUE_INPUTS
 from evonnx.records import FusionGroup, FusionPlan, Rejection
 
 MAX_GROUP = 256
@@ -76,16 +76,21 @@ def _creates_cycle(gr: _Graph, group: set[int]) -> bool:
 
 
 def plan_fusion(g: gs.Graph, an: Analysis, deps: DepInfo, *, cfg: Config = Config()) -> FusionPlan:
+    """Greedy, as TVM's FuseOps does it: each node joins the groups of its fusible producers in topological order
+    when no cycle results; reductions are sinks (their consumers do not join them)."""
     gr = _Graph(g, an)
     n = len(gr.nodes)
     group_of = list(range(n))
     members: dict[int, set[int]] = {i: {i} for i in range(n)}
-    cycle_blocked: set[int] = set()
+    blocked: dict[int, str] = {}
     for c in range(n):
         if not gr.fusible[c]:
             continue
         for p in gr.data_preds[c]:
             if not gr.fusible[p]:
+                continue
+            if gr.nodes[p].op in REDUCTIONS:
+                blocked.setdefault(c, "its producer is a reduction, which the greedy planner keeps as a sink")
                 continue
             a, b = group_of[p], group_of[c]
             if a == b:
@@ -94,21 +99,62 @@ def plan_fusion(g: gs.Graph, an: Analysis, deps: DepInfo, *, cfg: Config = Confi
             if len(merged) > cfg.max_group:
                 continue
             if _creates_cycle(gr, merged):
-                cycle_blocked.add(c)
+                blocked[c] = "fusing it with its producers would create a cycle"
                 continue
             for m in members[b]:
                 group_of[m] = a
             members[a] = merged
             del members[b]
+    return finish_plan(gr, an, deps, list(members.values()), blocked)
 
+
+def _condensed_cycle(gr: _Graph, sets: list[set[int]]) -> set[int] | None:
+    """Members of one group on a cycle of the graph of groups, or None when the groups form a DAG. Two groups can
+    reach each other through members that are not connected inside either group."""
+    unit = list(range(len(gr.nodes)))
+    for k, s in enumerate(sets):
+        for m in s:
+            unit[m] = len(gr.nodes) + k
+    succ: dict[int, set[int]] = {}
+    for a in range(len(gr.nodes)):
+        for b in gr.succ[a]:
+            if unit[a] != unit[b]:
+                succ.setdefault(unit[a], set()).add(unit[b])
+    color: dict[int, int] = {}
+    for start in set(unit):
+        if start in color:
+            continue
+        stack = [(start, iter(succ.get(start, ())))]
+        color[start] = 1
+        while stack:
+            u, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[u] = 2
+                stack.pop()
+            elif color.get(nxt) == 1:
+                for v, _ in stack[[x for x, _ in stack].index(nxt):]:
+                    if v >= len(gr.nodes):
+                        return sets[v - len(gr.nodes)]
+            elif nxt not in color:
+                color[nxt] = 1
+                stack.append((nxt, iter(succ.get(nxt, ()))))
+    return None
+
+
+def finish_plan(gr: _Graph, an: Analysis, deps: DepInfo, sets: list[set[int]],
+                blocked: dict[int, str]) -> FusionPlan:
+    """Name the groups worth keeping and give every other node its reason; shared by both planners."""
+    sets = [set(s) for s in sets if len(s) >= 2]
+    while (bad := _condensed_cycle(gr, sets)) is not None:
+        sets.remove(bad)  # safety net: dissolve a group on a cycle of groups, then look again
+        for i in bad:
+            blocked[i] = "its group would sit on a cycle of fused groups"
     groups: list[FusionGroup] = []
     grouped: set[int] = set()
     reasons: dict[int, str] = {}
-    for root in sorted(members, key=lambda r: min(members[r])):
-        idx = sorted(members[root])
+    for idx in sorted((sorted(s) for s in sets), key=lambda xs: xs[0]):
         ops = tuple(gr.nodes[i].op for i in idx)
-        if len(idx) < 2:
-            continue
         if all(op in FREE_OPS for op in ops):
             for i in idx:
                 reasons[i] = "only aliasing ops (Reshape, Squeeze, ...), which onnxruntime runs without copying"
@@ -129,8 +175,8 @@ def plan_fusion(g: gs.Graph, an: Analysis, deps: DepInfo, *, cfg: Config = Confi
             reason = "value known at plan time (folded into its consumers)"
         elif i in reasons:
             reason = reasons[i]
-        elif i in cycle_blocked:
-            reason = "fusing it with its producers would create a cycle"
+        elif i in blocked:
+            reason = blocked[i]
         else:
             reason = "no fusible neighbour"
         rejected.append(Rejection(node.name, node.op, reason))

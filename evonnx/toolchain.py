@@ -1,0 +1,16 @@
+"""The C compiler and the flags generated kernels are built with (shared by the build and the cost model)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+# -ffp-contract=off: no fused multiply-add, so float results match onnxruntime's separate Mul and Add.
+# -fno-math-errno: sqrt and friends never set errno; values are unchanged, and gcc may inline them.
+KERNEL_CFLAGS = ("-std=c11", "-O3", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
+
+
+def c_compiler() -> str | None:
+    """`$CC`, else gcc, else cc; None when none is installed."""
+    cc = os.environ.get("CC") or "gcc"
+    return shutil.which(cc) or shutil.which("cc")

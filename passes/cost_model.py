@@ -1,0 +1,256 @@
+"""The cost model the search planner minimises: memory traffic, per-kernel overhead and recomputation.
+
+Estimated time (µs), a roofline (memory traffic and arithmetic overlap in a streaming loop):
+- a node onnxruntime runs: `ort_node_us + max(bytes(inputs, outputs) * ns_per_byte, elements * ops)`;
+- a fused group: `kernel_us + max(bytes(group inputs, materialised outputs) * ns_per_byte, sum over its nodes
+  of demand * ops)`, where a node's *demand* is how many of its elements the group computes. That is its size
+  when it is materialised, plus what its in-group consumers read: one element per consumer element, or one
+  per row when the consumer broadcasts it along the innermost axis (code generation hoists it out of the inner
+  loop); consumers that read the same element share it (common subexpressions), so the largest consumer
+  demand counts. Anything above its size is recomputation.
+
+Sizes use the sizes the check runs at, or 1024 for a symbolic dim nobody named. The constants come from a short
+micro-benchmark of this machine (`calibrate`, about a second, cached per machine and onnxruntime version): an
+onnxruntime node chain for the per-node cost, a large copy for the bandwidth, and a small C loop built with the
+kernels' compiler and flags for the arithmetic;
+`CostModel()` holds defaults measured on the development machine, used when calibration is off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from evonnx import expr as E
+from evonnx.index import Poly, evaluate, var
+from evonnx.paths import cache_dir
+from evonnx.passes.analyze import Analysis
+
+log = logging.getLogger(__name__)
+
+NOMINAL_SIZE = 1024
+SPECIAL = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "pow", "sqrt", "div"}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    ort_node_us: float = 1.0  # onnxruntime's cost per node beyond its memory traffic
+    kernel_us: float = 1.5  # a Fused node: dispatch, shape checks, task setup
+    ns_per_byte: float = 0.08  # streaming memory traffic
+    ns_per_op: float = 0.25  # one simple operation on one element
+    ns_per_special: float = 2.5  # exp, log, sigmoid, division, ... on one element
+    source: str = "defaults"
+
+    def node_us(self, bytes_: float, elements: float, ops: tuple[float, float]) -> float:
+        return self.ort_node_us + self._work(bytes_, elements, ops)
+
+    def _work(self, bytes_: float, elements: float, ops: tuple[float, float]) -> float:
+        return self.roofline(bytes_, elements * (ops[0] * self.ns_per_op + ops[1] * self.ns_per_special))
+
+    def roofline(self, bytes_: float, compute_ns: float) -> float:
+        """µs for a streaming loop: memory traffic and arithmetic overlap, so the slower one bounds it."""
+        return max(bytes_ * self.ns_per_byte, compute_ns) / 1e3
+
+
+@dataclass
+class NodeStats:
+    """Per-node inputs to the cost model, at nominal sizes."""
+
+    numel: dict[str, float] = field(default_factory=dict)  # tensor -> elements
+    nbytes: dict[str, float] = field(default_factory=dict)  # tensor -> bytes
+    ops: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> (simple, special) per element
+    row_broadcast: dict[tuple[str, str], bool] = field(default_factory=dict)  # (consumer, input) read per row
+
+
+def _numel(shape: tuple[Poly, ...] | None, env: Mapping[str, int]) -> float:
+    if shape is None:
+        return float(NOMINAL_SIZE)
+    n = 1.0
+    for d in shape:
+        try:
+            n *= max(evaluate(d, env), 0)
+        except (KeyError, ZeroDivisionError):
+            n *= NOMINAL_SIZE
+    return n
+
+
+def _op_counts(e: E.Expr, env: Mapping[str, int]) -> tuple[float, float]:
+    simple = special = 0.0
+    for x in E.walk(e):
+        if isinstance(x, E.Op):
+            if x.attr == "guard" or all(isinstance(a, (E.IndexVal, E.Const)) for a in x.args):
+                continue  # index selects and comparisons: code generation splits loops instead
+            if x.op in SPECIAL:
+                special += 1
+            elif x.op not in ("cast",):
+                simple += 1
+        elif isinstance(x, E.Reduce):
+            a = x.var.atom()
+            ext = float(evaluate(a.extent, env)) if a is not None else 1.0  # type: ignore[union-attr]
+            bs, bsp = _op_counts(x.body, env)
+            simple += ext * (bs + 1)
+            special += ext * bsp
+    return simple, special
+
+
+def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None) -> NodeStats:
+    env = {s: NOMINAL_SIZE for s in an.sym_origin}
+    env.update(sizes or {})
+    st = NodeStats()
+    for name, info in an.tensors.items():
+        n = _numel(info.shape, env)
+        st.numel[name] = n
+        st.nbytes[name] = n * (np.dtype(info.dtype).itemsize if info.dtype else 4)
+    for node in g.nodes:
+        lowered = an.lowered.get(node.name)
+        if isinstance(lowered, list) and lowered:
+            lz = lowered[0]
+            idx = tuple(var(f"_c{k}", d) for k, d in enumerate(lz.shape))
+            try:
+                st.ops[node.name] = _op_counts(lz.fn(idx), {**env, **{f"_c{k}": 0 for k in range(len(idx))}})
+            except (KeyError, ZeroDivisionError):
+                st.ops[node.name] = (1.0, 0.0)
+            out = lz.shape
+            for t in node.inputs:
+                info = an.tensors.get(t.name) if t.name else None
+                if info is not None and info.shape is not None and len(info.shape) == len(out) and out and (
+                        info.shape[-1].const == 1 and out[-1].const != 1 and info.shape[:-1] == out[:-1]):
+                    st.row_broadcast[(node.name, t.name)] = True
+        else:
+            st.ops[node.name] = (1.0, 0.0)
+    return st
+
+
+def _cache_file() -> str:
+    import onnxruntime as ort
+
+    key = f"{platform.machine()}-{platform.processor() or 'cpu'}-{os.cpu_count()}-ort{ort.__version__}"
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
+    return str(cache_dir() / f"cost-model-{safe}.json")
+
+
+def _median_us(fn, repeat: int) -> float:  # noqa: ANN001 - a zero-argument callable
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e6
+
+
+_MICRO = r"""
+#define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+#define N 1024  /* three arrays of 4 KB: the loop runs from L1, so it measures arithmetic */
+static float a[N], b[N], c[N];
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
+int main(void) {
+    for (int i = 0; i < N; ++i) { a[i] = (float)i * 1e-3f; b[i] = 1.0001f; }
+    double best_simple = 1e300, best_exp = 1e300;
+    for (int rep = 0; rep < 7; ++rep) {
+        double t = now();
+        for (int r = 0; r < 400; ++r) {
+            for (int i = 0; i < N; ++i) c[i] = ((a[i] * b[i] + a[i]) - b[i] * 0.5f) * a[i] + b[i];  /* 6 ops */
+            a[r % N] += c[N - 1] * 1e-30f;
+        }
+        t = now() - t;
+        if (t < best_simple) best_simple = t;
+        t = now();
+        for (int r = 0; r < 80; ++r) {
+            for (int i = 0; i < N; ++i) c[i] = expf(a[i]);
+            a[r % N] += c[N - 1] * 1e-30f;
+        }
+        t = now() - t;
+        if (t < best_exp) best_exp = t;
+    }
+    printf("%.6f %.6f\n", best_simple / (400.0 * N * 6), best_exp / (80.0 * N));
+    return 0;
+}
+"""
+
+
+def _kernel_speeds() -> tuple[float, float]:
+    """ns per simple operation and per exp in a loop built like the generated kernels (same compiler, same
+    flags); numpy's speeds when no compiler is found (they include memory traffic, so they overestimate)."""
+    import subprocess
+    import tempfile
+
+    from evonnx.toolchain import KERNEL_CFLAGS, c_compiler
+
+    cc = c_compiler()
+    if cc is not None:
+        with tempfile.TemporaryDirectory() as d:
+            src, exe = os.path.join(d, "micro.c"), os.path.join(d, "micro")
+            with open(src, "w") as f:
+                f.write(_MICRO)
+            flags = [x for x in KERNEL_CFLAGS if x not in ("-fPIC", "-fvisibility=hidden")]
+            try:
+                subprocess.run([cc, *flags, src, "-o", exe, "-lm"], check=True, capture_output=True, timeout=60)
+                out = subprocess.run([exe], check=True, capture_output=True, text=True, timeout=60).stdout.split()
+                return float(out[0]), float(out[1])
+            except (subprocess.SubprocessError, OSError, ValueError, IndexError) as e:
+                log.warning("cost-model micro-benchmark failed (%s); using numpy's speeds", e)
+    small = np.ones(1 << 14, np.float32)
+    out_ = np.empty_like(small)
+    return (_median_us(lambda: np.add(small, small, out=out_), 300) * 1e3 / small.size,
+            _median_us(lambda: np.exp(small, out=out_), 300) * 1e3 / small.size)
+
+
+def calibrate(*, use_cache: bool = True) -> CostModel:
+    """Measure this machine's constants (about a second), cached per machine and onnxruntime version.
+    `EVONNX_COST_MODEL=defaults` skips measuring (for reproducible plans in tests)."""
+    if os.environ.get("EVONNX_COST_MODEL") == "defaults":
+        return CostModel()
+    path = _cache_file()
+    if use_cache and os.path.exists(path):
+        try:
+            with open(path) as f:
+                return CostModel(**json.load(f))
+        except (OSError, ValueError, TypeError):
+            log.info("ignoring unreadable cost model cache %s", path)
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def chain(n: int) -> ort.InferenceSession:
+        nodes = [helper.make_node("Relu", [f"t{k}"], [f"t{k + 1}"]) for k in range(n)]
+        graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1, 16])],
+                                  [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [1, 16])])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    simple_ns, special_ns = _kernel_speeds()
+    x = np.zeros((1, 16), np.float32)
+    s1, s17 = chain(1), chain(17)
+    for s in (s1, s17):
+        for _ in range(200):
+            s.run(None, {"t0": x})
+    node_us = max((_median_us(lambda: s17.run(None, {"t0": x}), 2000) -
+                   _median_us(lambda: s1.run(None, {"t0": x}), 2000)) / 16, 0.1)
+    big = np.ones(4 << 20, np.float32)  # 16 MB: beyond the caches
+    dst = np.empty_like(big)
+    copy_us = _median_us(lambda: np.copyto(dst, big), 30)
+    model = CostModel(ort_node_us=round(node_us, 3), kernel_us=round(node_us * 1.5, 3),
+                      ns_per_byte=round(copy_us * 1e3 / (2 * big.nbytes), 4), ns_per_op=round(simple_ns, 4),
+                      ns_per_special=round(special_ns, 4), source="calibrated")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(model), f)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.info("cannot cache the cost model: %s", e)
+    return model
