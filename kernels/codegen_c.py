@@ -17,7 +17,7 @@ from string import Template
 
 from evonnx.expr import (COMPARE, ONNX_CODE, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad, ValueTable,
                          free_vars, substitute, walk)
-from evonnx.index import Atom, Lookup, Poly, Sym, Table, Var, is_le, subs, var
+from evonnx.index import Atom, FloorDiv, Lookup, Mod, Poly, Sym, Table, Var, floordiv, is_le, subs, var
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
@@ -170,59 +170,56 @@ class _Kernel:
             self._add_piece(oi, o, pi, piece, out_view)
 
     def _add_piece(self, oi: int, o: KernelOutput, pi: int, piece: _Piece, out_view: View) -> None:
-        ext = [hi - lo for lo, hi in piece.ranges]
-        axes = [k for k, e in enumerate(ext) if e.const != 1]
-        unroll = None
-        if axes and ext[axes[-1]].const is not None and ext[axes[-1]].const <= MAX_UNROLL:  # type: ignore[operator]
-            unroll = axes.pop()
-        inner = axes.pop() if axes else None
-        outer = axes
-        # C loop variables of this piece: o<k> for outer axes, j for the inner one
-        cvars: dict[Var, str] = {}
-        base: dict[Atom, Poly] = {}
-        fixed: dict[Atom, Poly] = {}
+        # Loop variables of this piece, outermost first: one per axis of extent > 1, then split where the
+        # expression divides them (see _split_axes).
+        loops: list[Poly] = []
+        mapping: dict[Atom, Poly] = {}
         for k, p in enumerate(o.index):
             v = p.atom()
             if not isinstance(v, Var):
                 continue
-            lo = piece.ranges[k][0]
-            if k == inner or k in outer:
-                nv = var(("j" if k == inner else f"o{k}"), ext[k])
-                a = nv.atom()
-                assert isinstance(a, Var)
-                cvars[a] = "j" if k == inner else f"o{k}"
-                base[v] = nv + lo
-            elif k != unroll:
-                fixed[v] = lo
+            lo, hi = piece.ranges[k]
+            nv = var(f"a{k}", hi - lo)
+            mapping[v] = nv + lo
+            if nv.atom() is not None:
+                loops.append(nv)
+        expr = substitute(o.expr, mapping)
+        pos = subs(out_view.index(o.index), mapping)
+        loops, expr, pos = _split_axes(loops, expr, pos)
+        exts = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
+        unroll = None
+        if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
+            unroll = loops.pop()
+            exts.pop()
+        inner = loops.pop() if loops else None
+        inner_ext = exts.pop() if inner is not None else Poly.of(1)
+        outer, outer_ext = loops, exts
+        # C names: o<n> for the outer loops, j for the inner one; the unrolled one becomes constants
+        cvars: dict[Var, str] = {}
+        for n, lp in enumerate(outer):
+            cvars[lp.atom()] = f"o{n}"  # type: ignore[index]
+        if inner is not None:
+            cvars[inner.atom()] = "j"  # type: ignore[index]
         roots: list[tuple[Poly, Expr]] = []
-        uvar = o.index[unroll].atom() if unroll is not None else None
-        for u in range(ext[unroll].const if unroll is not None else 1):  # type: ignore[union-attr]
-            mapping = {**base, **fixed}
-            if uvar is not None and unroll is not None:
-                mapping[uvar] = piece.ranges[unroll][0] + u
-            pos = subs(out_view.index(o.index), mapping)
-            roots.append((pos, substitute(o.expr, mapping)))
+        ua = unroll.atom() if unroll is not None else None
+        for u in range(ua.extent.const if isinstance(ua, Var) else 1):  # type: ignore[arg-type]
+            m = {ua: Poly.of(u)} if ua is not None else {}
+            roots.append((subs(pos, m), substitute(expr, m)))
         for _, e in roots:
             self.collect_tables(e)
         names = Names(cvars, self.sym_names, self.tables)
-        inner_var = None
-        if inner is not None:
-            a = base[o.index[inner].atom()].terms  # type: ignore[index]
-            inner_var = next(x for mono, _ in a for x in mono if isinstance(x, Var))
-        row_body, body = _body(roots, names, oi, o.dtype, inner_var)
+        row_body, body = _body(roots, names, oi, o.dtype, inner.atom() if inner is not None else None)  # type: ignore[arg-type]
         fname = f"{self.spec.name}_o{oi}_p{pi}"
         rng = len(self.runs)
-        inner_ext = print_poly(ext[inner], names) if inner is not None else "INT64_C(1)"
-        unravel, advance = _odometer(outer, ext, names)
-        note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges) + ")"
-        if unroll is not None:
-            note += f", axis {unroll} unrolled"
+        unravel, advance = _odometer(outer_ext, names)
+        note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges) + "), loops " + " ".join(
+            f"{cvars.get(lp.atom(), 'u')}<{lp.atom().extent}" for lp in outer + ([inner] if inner is not None else [])  # type: ignore[union-attr]
+        ) + (f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
         self.tasks.append(_template("task.c").substitute(
-            kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=note, fname=fname,
-            range=rng, bindings=self._bindings(o), inner_extent=inner_ext, unravel=unravel, body=body,
-            row_body=row_body,
-            advance=advance))
-        total = print_poly(_prod([ext[k] for k in outer] + ([ext[inner]] if inner is not None else [])), names)
+            kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=_c_comment(note), fname=fname,
+            range=rng, bindings=self._bindings(o), inner_extent=print_poly(inner_ext, names), unravel=unravel,
+            body=body, row_body=row_body, advance=advance))
+        total = print_poly(_prod(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
 
@@ -262,25 +259,58 @@ def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:
     return max(1, len(seen) // max(1, len(roots)))
 
 
-def _odometer(outer: Sequence[int], ext: Sequence[Poly], names: Names) -> tuple[str, str]:
-    if not outer:
+def _odometer(outer_ext: Sequence[Poly], names: Names) -> tuple[str, str]:
+    """C that unravels the flat row number into the outer loop variables o0.., and advances them by one row."""
+    if not outer_ext:
         return "    (void)row;", ""
+    n = len(outer_ext)
     un = []
-    for k in reversed(outer):
-        d = print_poly(ext[k], names)
-        if k == outer[0]:
-            un.append(f"    int64_t o{k} = row;")
+    for k in range(n - 1, -1, -1):
+        if k == 0:
+            un.append(f"    int64_t o0 = row;")
         else:
+            d = print_poly(outer_ext[k], names)
             un.append(f"    int64_t o{k} = row % {d};\n    row /= {d};")
     adv = []
-    for n, k in enumerate(reversed(outer)):
-        indent = "        " + "    " * n
-        if k == outer[0]:
-            adv.append(f"{indent}++o{k};")
+    for depth, k in enumerate(range(n - 1, -1, -1)):
+        indent = "        " + "    " * depth
+        if k == 0:
+            adv.append(f"{indent}++o0;")
         else:
-            adv.append(f"{indent}if (++o{k} == {print_poly(ext[k], names)}) {{\n{indent}    o{k} = 0;")
-    close = "".join("\n        " + "    " * n + "}" for n in range(len(outer) - 2, -1, -1))
+            adv.append(f"{indent}if (++o{k} == {print_poly(outer_ext[k], names)}) {{\n{indent}    o{k} = 0;")
+    close = "".join("\n        " + "    " * d + "}" for d in range(n - 2, -1, -1))
     return "\n".join(un), "\n".join(adv) + close
+
+
+def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], Expr, Poly]:
+    """Split a loop variable v into (q, r) with v = q*D + r wherever the expression takes fdiv(v, D) or
+    fmod(v, D) and D divides v's extent: the division disappears from the inner loop, and a small r (3 anchors,
+    4 coordinates) can be unrolled. This undoes the flattening of Reshape/Flatten back into nested loops."""
+    for _ in range(16):
+        found = None
+        for x in walk(expr):
+            for p in _polys(x):
+                for a in p.atoms():
+                    if isinstance(a, (FloorDiv, Mod)):
+                        v = a.num.atom()
+                        if isinstance(v, Var) and Poly.of(v) in loops and a.den.const != 1:
+                            q = floordiv(v.extent, a.den)
+                            if q * a.den == v.extent and not isinstance(q.atom(), FloorDiv):
+                                found = (v, a.den, q)
+                                break
+                if found:
+                    break
+            if found:
+                break
+        if found is None:
+            return loops, expr, pos
+        v, d, q = found
+        k = loops.index(Poly.of(v))
+        qv, rv = var(f"{v.name}q", q), var(f"{v.name}r", d)
+        m = {v: qv * d + rv}
+        expr, pos = substitute(expr, m), subs(pos, m)
+        loops = loops[:k] + [x for x in (qv, rv) if x.atom() is not None] + loops[k + 1:]
+    return loops, expr, pos
 
 
 def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,

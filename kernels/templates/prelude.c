@@ -13,6 +13,15 @@
 #pragma GCC diagnostic ignored "-Wunused-but-set-variable"
 #endif
 
+/* Task functions are compiled twice on x86-64, for AVX2 and for the baseline, and the loader picks one for the
+ * machine (GNU ifunc), so the library stays portable while vector loops run 8 floats wide where they can.
+ * -ffp-contract=off still applies: no FMA is introduced, results do not depend on the clone. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EVO_NO_CLONES)
+#define EVO_TASK __attribute__((target_clones("avx2", "default")))
+#else
+#define EVO_TASK
+#endif
+
 /* Work below this many element-operations runs on the calling thread: handing it to the pool costs more. */
 #define EVO_PAR_MIN 32768
 
@@ -45,11 +54,35 @@ EVO_ORDERED(uint16_t, u16)
 EVO_ORDERED(uint32_t, u32)
 EVO_ORDERED(uint64_t, u64)
 
+/* exp for float32 without a libm call, so loops around it vectorise: exp(x) = 2^n * exp(r), |r| <= ln2/2, with
+ * Cephes' degree-6 polynomial (relative error about 1e-7, like onnxruntime's own vectorised exp, which is not
+ * libm's either). 2^n is applied in two halves so that the overflow to inf above 88.72 and the gradual underflow
+ * to 0 below -87.3 come out as IEEE expf gives them. NaN propagates through the clamp. */
+static inline float evo_expf(float x) {
+    const float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
+    float n = xc * 1.44269504088896341f;
+    n = (n + 12582912.0f) - 12582912.0f; /* round to nearest integer (1.5 * 2^23 trick) */
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    const int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+    union { float f; int32_t i; } s1, s2;
+    s1.i = (n1 + 127) << 23;
+    s2.i = (n2 + 127) << 23;
+    return y * s1.f * s2.f;
+}
+
 static inline float evo_abs_f32(float x) { return fabsf(x); }
 static inline double evo_abs_f64(double x) { return fabs(x); }
-static inline float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
 static inline double evo_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
-static inline float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+static inline float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(evo_expf(-x)) : log1pf(evo_expf(x)); }
 static inline double evo_softplus_f64(double x) { return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
 
 /* Integer division and remainder: truncating like C, wrapping on MIN/-1, and 0 instead of a trap on /0

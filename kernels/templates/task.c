@@ -1,6 +1,6 @@
 
 /* $kernel, output $output ('$tensor'), piece $piece: $extent_note */
-static void ${fname}(void *vctx, size_t task) {
+EVO_TASK static void ${fname}(void *vctx, size_t task) {
     const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
     const evo_range *rg = &c->ranges[$range];
 $bindings
