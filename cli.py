@@ -46,8 +46,12 @@ def main(verbose: int) -> None:
 @click.option("--dump-dir", type=click.Path(path_type=Path), help="Write the plan, kernels and graph here.")
 @click.option("--ort-headers", type=click.Path(path_type=Path), help="Folder with onnxruntime's C API headers.")
 @click.option("--cflag", "cflags", multiple=True, help="Extra C compiler flag for the kernels (e.g. -march=native).")
+@click.option("--planner", type=click.Choice(["search", "greedy"]), default="search", show_default=True,
+              help="Fusion planner: cost-model search or TVM-style greedy.")
+@click.option("--report", type=click.Path(path_type=Path), help="Write a JSON report (see README) here.")
 def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, ...], input_shapes: tuple[str, ...],
-             dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...]) -> None:
+             dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...], planner: str,
+             report: Path | None) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
 
@@ -55,7 +59,7 @@ def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, 
     shapes = {k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
     try:
         result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
-                     sizes=sizes or None, shapes=shapes or None)
+                     sizes=sizes or None, shapes=shapes or None, planner=planner, report=report)
     except EvonnxError as e:
         click.echo(f"evonnx: error: {e}", err=True)
         sys.exit(1)

@@ -82,11 +82,13 @@ def _exact_outputs(model: onnx.ModelProto, specs: Sequence[KernelSpec]) -> set[s
 
 def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = True,
              dump_dir: str | Path | None = None, cflags: Sequence[str] = (), ort_headers: str | Path | None = None,
-             sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None
-             ) -> OptimizeResult:
+             sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
+             planner: str = "search", report: str | Path | None = None) -> OptimizeResult:
     """Optimize `src` into `dst` (default `<src>.opt.onnx`) and its kernel library `dst` -> `*.evonnx.so`.
 
-    Nothing is written unless the optimized model reproduces onnxruntime's outputs on the original.
+    `planner` is "search" (cost-model search, the default) or "greedy". `report` names a JSON file for the
+    machine-readable report (see README). Nothing is written unless the optimized model reproduces
+    onnxruntime's outputs on the original.
     """
     import onnx_graphsurgeon as gs
 
@@ -102,7 +104,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     if not dst.parent.is_dir():
         raise InvalidModelError(f"{dst.parent}: output folder does not exist")
     original = load_model(src)
-    result = run_pipeline(original)
+    symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
+    result = run_pipeline(original, planner=planner, sizes=symbol_sizes)
     out_model = gs.export_onnx(result.optimized)
     out_model.ir_version = original.ir_version
     del out_model.opset_import[:]
@@ -131,8 +134,24 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         for p in (Path(tmp_model), tmp_lib):
             p.unlink(missing_ok=True)
         raise
-    return OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs, result.plan,
-                          checked, time.perf_counter() - t0)
+    out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs, result.plan,
+                         checked, time.perf_counter() - t0)
+    if report is not None:
+        from evonnx.report import write_report
+
+        write_report(Path(report), out, result, out_model, planner)
+    return out
+
+
+def _sizes_from_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """Symbolic dims of the inputs the user gave shapes for, so the cost model plans at those sizes."""
+    out: dict[str, int] = {}
+    for i in model.graph.input:
+        if i.name in shapes:
+            for d, n in zip(i.type.tensor_type.shape.dim, shapes[i.name]):
+                if d.HasField("dim_param"):
+                    out[d.dim_param] = int(n)
+    return out
 
 
 def _dump(d: Path, result: object, source: str, out_model: onnx.ModelProto) -> None:

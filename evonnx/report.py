@@ -1,0 +1,67 @@
+"""The machine-readable report of one `optimize` run (`--report report.json`).
+
+Keys (README "Report"): nodes_before, nodes_after, kernels, fusion_ratio, bytes_before, bytes_after, groups,
+check, plus planner, copies_removed, rejected, cost_model, seconds.
+
+- fusion_ratio = (nodes evonnx could handle that fusion absorbed or folded) / (nodes evonnx could handle), where
+  "could handle" means any mapping class other than opaque (`passes/classify.py`), Constant nodes excluded.
+- bytes_before / bytes_after: estimated memory traffic of one run at the planning sizes (inputs read plus
+  outputs written by every node that touches data; aliasing ops and folded constants count nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+
+def _traffic(nodes: list[tuple[str, list[str]]], nbytes: dict[str, float]) -> float:
+    """Bytes read and written by nodes given as (op_type, tensor names touched)."""
+    from evonnx.passes.lower_ops import FREE_OPS
+
+    return sum(sum(nbytes.get(t, 0.0) for t in names if t) for op, names in nodes
+               if op not in FREE_OPS and op != "Constant")
+
+
+def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner: str) -> dict[str, Any]:
+    from evonnx.passes.classify import MapKind, classify
+
+    g, an = pipeline.graph, pipeline.analysis
+    remaining = {n.name for n in out_model.graph.node}
+    candidates = [n for n in g.nodes if n.op != "Constant" and classify(n, an) is not MapKind.OPAQUE]
+    absorbed = [n for n in candidates if n.name not in remaining]
+    check = None
+    if result.check is not None:
+        check = {"passed": True, "runs": result.check.runs, "outputs_compared": result.check.compared,
+                 "exact": result.check.exact, "max_rel_err": result.check.max_rel_err}
+    return {
+        "model": str(result.output),
+        "library": str(result.library),
+        "planner": planner,
+        "nodes_before": result.nodes_before,
+        "nodes_after": result.nodes_after,
+        "kernels": len(result.kernels),
+        "fusion_ratio": round(len(absorbed) / len(candidates), 4) if candidates else 0.0,
+        "bytes_before": round(_traffic([(n.op, [t.name for t in n.inputs + n.outputs]) for n in g.nodes],
+                                       pipeline.stats.nbytes)),
+        "bytes_after": round(_traffic([(n.op_type, list(n.input) + list(n.output)) for n in out_model.graph.node],
+                                      pipeline.stats.nbytes)),
+        "copies_removed": result.plan.copies_removed,
+        "groups": [{"kernel": k.name, "nodes": list(k.source_nodes), "ops": list(k.source_ops), "exact": k.exact}
+                   for k in result.kernels],
+        "rejected": [{"node": r.node, "op": r.op, "reason": r.reason} for r in result.plan.rejected],
+        "check": check,
+        "cost_model": asdict(pipeline.cost_model),
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def write_report(path: Path, result: Any, pipeline: Any, out_model: onnx.ModelProto, planner: str) -> None:
+    data = build_report(result, pipeline, out_model, planner)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
