@@ -49,17 +49,27 @@ def main(verbose: int) -> None:
 @click.option("--planner", type=click.Choice(["search", "greedy"]), default="search", show_default=True,
               help="Fusion planner: cost-model search or TVM-style greedy.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write a JSON report (see README) here.")
+@click.option("--target", type=click.Choice(["cpu", "cuda", "both"]), default=None,
+              help="Kernels for onnxruntime's CPU EP, CUDA EP (needs nvcc), or both. "
+                   "[default: both when a GPU is visible, else cpu]")
+@click.option("--cuda-arch", "cuda_archs", default="sm_80,sm_90", show_default=True,
+              help="CUDA architectures for the CUBINs (PTX for the newest is added).")
 def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, ...], input_shapes: tuple[str, ...],
              dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...], planner: str,
-             report: Path | None) -> None:
+             report: Path | None, target: str | None, cuda_archs: str) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
 
+    if target is None:
+        from evonnx.kernels.build import cuda_device_count
+
+        target = "both" if cuda_device_count() > 0 else "cpu"
     sizes = {k: _ints(v, "--dim")[0] for k, v in _pairs(dims, "--dim").items()}
     shapes = {k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
     try:
         result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
-                     sizes=sizes or None, shapes=shapes or None, planner=planner, report=report)
+                     sizes=sizes or None, shapes=shapes or None, planner=planner, report=report, target=target,
+                     cuda_archs=[a for a in cuda_archs.split(",") if a])
     except EvonnxError as e:
         click.echo(f"evonnx: error: {e}", err=True)
         sys.exit(1)

@@ -83,11 +83,13 @@ def _exact_outputs(model: onnx.ModelProto, specs: Sequence[KernelSpec]) -> set[s
 def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = True,
              dump_dir: str | Path | None = None, cflags: Sequence[str] = (), ort_headers: str | Path | None = None,
              sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
-             planner: str = "search", report: str | Path | None = None) -> OptimizeResult:
+             planner: str = "search", report: str | Path | None = None, target: str = "cpu",
+             cuda_archs: Sequence[str] | None = None) -> OptimizeResult:
     """Optimize `src` into `dst` (default `<src>.opt.onnx`) and its kernel library `dst` -> `*.evonnx.so`.
 
     `planner` is "search" (cost-model search, the default) or "greedy". `report` names a JSON file for the
-    machine-readable report (see README). Nothing is written unless the optimized model reproduces
+    machine-readable report (see README). `target` "cuda" or "both" adds CUDA kernels (needs nvcc) for
+    onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless the optimized model reproduces
     onnxruntime's outputs on the original.
     """
     import onnx_graphsurgeon as gs
@@ -114,16 +116,26 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(out_model, field, getattr(original, field))
     out_model.producer_name = "evonnx"
+    if target not in ("cpu", "cuda", "both"):
+        raise InvalidModelError(f"target must be cpu, cuda or both, not '{target}'")
     source = generate(result.specs, dst.name)
+    cuda_source = None
+    if target in ("cuda", "both"):
+        from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
+
+        source += generate_cuda_host(result.specs)
+        cuda_source = generate_cuda(result.specs, dst.name)
     if dump_dir is not None:
-        _dump(Path(dump_dir), result, source, out_model)
+        _dump(Path(dump_dir), result, source, out_model, cuda_source)
     lib = library_path(dst)
     fd, tmp_model = tempfile.mkstemp(prefix=".evonnx-", suffix=".onnx", dir=dst.parent)
     os.close(fd)
     tmp_lib = Path(tmp_model).with_suffix(".so")
     try:
         onnx.save(out_model, tmp_model)
-        build_model_library(source, tmp_lib, model_name=dst.name, cflags=tuple(cflags), headers=ort_headers)
+        build_model_library(source, tmp_lib, model_name=dst.name, cflags=tuple(cflags), headers=ort_headers,
+                            cuda_source=cuda_source,
+                            **({"cuda_archs": tuple(cuda_archs)} if cuda_archs else {}))
         checked = None
         if check:
             checked = check_models(original, Path(tmp_model), tmp_lib, _exact_outputs(out_model, result.specs),
@@ -154,12 +166,14 @@ def _sizes_from_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int
     return out
 
 
-def _dump(d: Path, result: object, source: str, out_model: onnx.ModelProto) -> None:
+def _dump(d: Path, result: object, source: str, out_model: onnx.ModelProto, cuda_source: str | None) -> None:
     from evonnx.passes.pipeline import PipelineResult
 
     assert isinstance(result, PipelineResult)
     d.mkdir(parents=True, exist_ok=True)
     (d / "kernels.c").write_text(source)
+    if cuda_source is not None:
+        (d / "kernels.cu").write_text(cuda_source)
     lines = [str(g) for g in result.plan.groups] + ["", "left to onnxruntime:"]
     lines += [f"  {r}" for r in result.plan.rejected]
     (d / "plan.txt").write_text("\n".join(lines) + "\n")

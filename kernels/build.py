@@ -8,6 +8,12 @@ headers come from a folder the user names or are fetched once by `kernels/fetch_
 The library links no onnxruntime library: it reaches onnxruntime only through the `OrtApiBase` pointer handed
 to `RegisterCustomOps`, its one exported symbol. Every file is written under a temporary name and renamed into
 place, so concurrent builds never see a half-written object or library.
+
+A CUDA build (`cuda_source`, from `codegen_cuda.generate_cuda`) also compiles the device code with nvcc into one
+fatbin (a CUBIN per architecture plus PTX of the newest, cached by content) and embeds it as data: a generated
+C file defines `evo_cuda_image` in .rodata. The library still links no CUDA library; the runtime dlopens the
+driver when a CUDA kernel is created. NVRTC is not used: nvcc is in the CUDA toolkit that CI and developers
+have, and the NVRTC wheels' versions drift from onnxruntime-gpu's CUDA (see the feasibility notes).
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ import os
 import re
 import secrets
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
 
 from evonnx.errors import BuildError
+from evonnx.paths import cache_dir
+from evonnx.toolchain import KERNEL_CFLAGS
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +50,7 @@ _HEADER_STAMP = ".ort-headers"
 _MIN_ORT_API_VERSION = 21
 
 _RUNTIME_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden")
-# -ffp-contract=off: no fused multiply-add, so float results match onnxruntime's separate Mul and Add.
-# -fno-math-errno: sqrt and friends never set errno; values are unchanged, and gcc may inline them.
-_KERNEL_FLAGS = ("-std=c11", "-O3", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
+_KERNEL_FLAGS = KERNEL_CFLAGS  # shared with the cost model's micro-benchmark (evonnx/toolchain.py)
 # -z defs: a kernels object that lacks evo_kernel_table fails here rather than at dlopen time.
 _LINK_FLAGS = ("-shared", "-Wl,-z,defs", "-Wl,--as-needed")
 # Belt and braces on top of -fvisibility=hidden: template instantiations from libstdc++ headers carry default
@@ -51,14 +58,12 @@ _LINK_FLAGS = ("-shared", "-Wl,-z,defs", "-Wl,--as-needed")
 _VERSION_SCRIPT = "{ global: RegisterCustomOps; local: *; };\n"
 _MAX_ERROR_LINES = 40
 
-
-def cache_dir() -> Path:
-    """The per-user cache: `$EVONNX_CACHE_DIR`, else `$XDG_CACHE_HOME/evonnx`, else `~/.cache/evonnx`."""
-    explicit = os.environ.get("EVONNX_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "evonnx"
+# --fmad=false: no fused multiply-add (as -ffp-contract=off for the CPU kernels). nvcc's defaults already give
+# IEEE division and sqrt and keep denormals (no fast math).
+_NVCC_FLAGS = ("-fatbin", "-std=c++17", "--fmad=false", "--threads", "0")
+DEFAULT_CUDA_ARCHS = ("sm_80", "sm_90")
+_DEFAULT_CUDA_ROOTS = ("/usr/local/cuda",)
+_FATBIN_MAGIC = 0xBA55ED50
 
 
 def ort_headers_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -161,26 +166,45 @@ def build_model_library(
     model_name: str,
     cflags: tuple[str, ...] = (),
     headers: Path | None = None,
+    cuda_source: str | None = None,
+    cuda_archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS,
 ) -> Path:
     """Compile `kernel_source` (C11, includes "evonnx_abi.h") and link it with the runtime into `out_path`.
 
     `model_name` is for messages; `headers` is passed to `runtime_object`. The result needs only libc, libm,
     libstdc++ and libgcc at run time. On a compiler error raises BuildError with the compiler's first lines
     and keeps the failing source at a path the message names.
+
+    With `cuda_source` (from `codegen_cuda.generate_cuda`; then `kernel_source` must end with
+    `codegen_cuda.generate_cuda_host` of the same kernels) the kernels are compiled with `-DEVO_WITH_CUDA` and
+    the fatbin for `cuda_archs` is embedded; without it nothing CUDA is needed.
     """
     out_path = Path(out_path)
     runtime = runtime_object(headers)
     cc = os.environ.get("CC", "gcc")
     cxx = os.environ.get("CXX", "g++")
+    image = cuda_fatbin(cuda_source, cuda_archs, model_name=model_name) if cuda_source is not None else None
     work = Path(tempfile.mkdtemp(prefix="evonnx-build-"))
     source = work / "kernels.c"
     source.write_text(kernel_source)
     obj = work / "kernels.o"
     _run_compiler(
-        [cc, *_KERNEL_FLAGS, *cflags, f"-I{_RUNTIME_DIR}", "-c", str(source), "-o", str(obj)],
+        [cc, *_KERNEL_FLAGS, *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}",
+         "-c", str(source), "-o", str(obj)],
         f"compiling the kernels of {model_name!r}",
         source=source,
     )
+    objects = [str(obj)]
+    if image is not None:
+        image_source = work / "cuda_image.c"
+        image_source.write_text(_image_source(image))
+        image_obj = work / "cuda_image.o"
+        _run_compiler(
+            [cc, "-std=c11", "-fPIC", "-c", str(image_source), "-o", str(image_obj)],
+            f"compiling the CUDA image of {model_name!r}",
+            source=image_source,
+        )
+        objects.append(str(image_obj))
 
     version_script = work / "exports.map"
     version_script.write_text(_VERSION_SCRIPT)
@@ -195,7 +219,7 @@ def build_model_library(
                 "-o",
                 str(partial),
                 str(runtime),
-                str(obj),
+                *objects,
                 "-lm",
             ],
             f"linking the library of {model_name!r}",
@@ -206,6 +230,157 @@ def build_model_library(
         partial.unlink(missing_ok=True)
     shutil.rmtree(work)
     return out_path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA: nvcc -> fatbin -> data in the library
+# ---------------------------------------------------------------------------------------------------------
+def nvcc_path() -> Path:
+    """nvcc: `$EVONNX_NVCC`, else the PATH, else `$CUDA_HOME/bin`, `$CUDA_PATH/bin`, `/usr/local/cuda/bin`."""
+    named = os.environ.get("EVONNX_NVCC")
+    if named:
+        if not os.access(named, os.X_OK):
+            raise BuildError(f"EVONNX_NVCC {named!r} is not an executable")
+        return Path(named)
+    found = shutil.which("nvcc")
+    if found:
+        return Path(found)
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *_DEFAULT_CUDA_ROOTS):
+        if root and os.access(Path(root) / "bin" / "nvcc", os.X_OK):
+            return Path(root) / "bin" / "nvcc"
+    raise BuildError(
+        "--target cuda needs nvcc (the CUDA toolkit, of the CUDA major version onnxruntime-gpu is built for) to "
+        "compile the CUDA kernels; none is on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin (or set EVONNX_NVCC)"
+    )
+
+
+def cuda_device_count() -> int:
+    """CUDA devices the driver sees (0 without a driver or device); for `--target`'s default (cuda if > 0)."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def cuda_include_dir() -> Path | None:
+    """The CUDA toolkit's include folder (holding cuda.h) of the nvcc `nvcc_path` finds, or None."""
+    try:
+        nvcc = nvcc_path()
+        result = subprocess.run([str(nvcc), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+                                capture_output=True, text=True)
+    except (BuildError, OSError):
+        return None
+    for m in re.finditer(r'INCLUDES="-I([^"]+)"', result.stdout + result.stderr):
+        folder = Path(m.group(1).strip())
+        if (folder / "cuda.h").is_file():
+            return folder.resolve()
+    return None
+
+
+def _gencode(archs: tuple[str, ...]) -> list[str]:
+    """`-gencode` flags: a CUBIN per `sm_XY`, plus PTX of the newest so newer GPUs can JIT it."""
+    if not archs:
+        raise BuildError("no CUDA architectures given")
+    numbers = []
+    for a in archs:
+        m = re.fullmatch(r"sm_(\d+)", a)
+        if m is None:
+            raise BuildError(f"CUDA architecture {a!r} is not of the form sm_XY (e.g. sm_80)")
+        numbers.append(int(m.group(1)))
+    flags = []
+    for n in sorted(set(numbers)):
+        flags += ["-gencode", f"arch=compute_{n},code=sm_{n}"]
+    top = max(numbers)
+    return flags + ["-gencode", f"arch=compute_{top},code=compute_{top}"]
+
+
+def cuda_fatbin(cuda_source: str, archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS, *, model_name: str = "") -> bytes:
+    """The fatbin of `cuda_source` for `archs` (plus PTX), compiled by nvcc and cached by content.
+
+    Checks that the result holds a CUBIN for every arch and the PTX; raises BuildError otherwise or when nvcc
+    fails (keeping the source at the path the message names).
+    """
+    nvcc = nvcc_path()
+    flags = (*_NVCC_FLAGS, *_gencode(tuple(archs)))
+    key = hashlib.sha256()
+    for part in (cuda_source.encode(), _compiler_version(str(nvcc)).encode(), "\0".join(flags).encode()):
+        key.update(hashlib.sha256(part).digest())
+    target = cache_dir() / "cuda" / f"kernels-{key.hexdigest()[:24]}.fatbin"
+    if not target.is_file():
+        _make_cache_folder(target.parent)
+        work = Path(tempfile.mkdtemp(prefix="evonnx-cuda-"))
+        source = work / "kernels.cu"
+        source.write_text(cuda_source)
+        partial = _partial_name(target)
+        try:
+            _run_compiler([str(nvcc), *flags, str(source), "-o", str(partial)],
+                          f"compiling the CUDA kernels of {model_name!r}", source=source)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+        shutil.rmtree(work)
+    image = target.read_bytes()
+    want = {("elf", int(a[3:])) for a in archs} | {("ptx", max(int(a[3:]) for a in archs))}
+    missing = want - set(fatbin_contents(image))
+    if missing:
+        raise BuildError(f"the CUDA fatbin of {model_name!r} lacks {sorted(missing)} ({target})")
+    return image
+
+
+def fatbin_contents(image: bytes) -> list[tuple[str, int]]:
+    """(kind, sm) of each entry of a fatbin: kind "elf" (a CUBIN) or "ptx", sm e.g. 80."""
+    return [(kind, sm) for kind, sm, _ in fatbin_entries(image)]
+
+
+def fatbin_entries(image: bytes) -> list[tuple[str, int, bytes]]:
+    """(kind, sm, payload) of each entry of a fatbin: kind "elf" (a CUBIN) or "ptx", sm e.g. 80.
+
+    The layout (no public spec; cuobjdump is not in every toolkit): a 16-byte header (u32 magic 0xBA55ED50,
+    u16 version, u16 header size, u64 size of the entries), then entries, each a header (u16 kind 1 = PTX,
+    2 = ELF; u16 version; u32 header size; u64 padded payload size; ... u32 sm at offset 28) and its payload.
+    A CUBIN payload, when not compressed, is an ELF for machine EM_CUDA (190); that is checked too.
+    """
+    if len(image) < 16:
+        raise BuildError(f"not a fatbin: {len(image)} bytes")
+    magic, _version, header, size = struct.unpack_from("<IHHQ", image, 0)
+    if magic != _FATBIN_MAGIC or header + size > len(image):
+        raise BuildError("not a fatbin (bad magic or size)")
+    out: list[tuple[str, int, bytes]] = []
+    off = header
+    while off < header + size:
+        kind, _ev, eheader, padded = struct.unpack_from("<HHIQ", image, off)
+        (sm,) = struct.unpack_from("<I", image, off + 28)
+        payload = image[off + eheader: off + eheader + padded]
+        if kind == 2:
+            if payload[:4] == b"\x7fELF" and struct.unpack_from("<H", payload, 18)[0] != 190:
+                raise BuildError("fatbin CUBIN entry is an ELF for another machine than EM_CUDA")
+            out.append(("elf", sm, payload))
+        elif kind == 1:
+            out.append(("ptx", sm, payload))
+        else:
+            out.append((f"kind{kind}", sm, payload))
+        if eheader == 0:
+            raise BuildError("malformed fatbin entry")
+        off += eheader + padded
+    return out
+
+
+def _image_source(image: bytes) -> str:
+    """C defining the fatbin as hidden data in .rodata (a string literal of exactly its size: no NUL)."""
+    lines = ['"' + "".join(f"\\x{b:02x}" for b in image[i: i + 64]) + '"' for i in range(0, len(image), 64)]
+    return (
+        "/* evonnx: the CUDA fatbin of this library (generated by kernels/build.py) */\n"
+        "#include <stddef.h>\n"
+        f'__attribute__((visibility("hidden"), aligned(64))) const unsigned char evo_cuda_image[{len(image)}] =\n'
+        + "\n".join(lines) + ";\n"
+        f'__attribute__((visibility("hidden"))) const size_t evo_cuda_image_size = {len(image)};\n'
+    )
 
 
 def _make_cache_folder(folder: Path) -> None:

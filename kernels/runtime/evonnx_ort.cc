@@ -10,11 +10,15 @@
 // when the session is created (ORT allocates each output with the graph's declared type, whatever the kernel
 // writes); shapes, known only at run time, are checked in every Compute.
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -261,18 +265,30 @@ OrtStatus* kernel_error(const OrtApi* api, OrtErrorCode code, const FusedKernel&
                        fk.node_name.c_str(), fk.kernel->name, stage);
 }
 
+// The inputs and outputs of one Compute, with every input checked, infer() run and the outputs allocated. Shared
+// by the CPU and CUDA paths (data pointers are host or device memory accordingly; dims are always on the host).
+struct NodeIo {
+    NodeIo(size_t num_inputs, size_t num_outputs)
+        : inputs(num_inputs),
+          input_dims(num_inputs),
+          outputs(num_outputs),
+          output_values(num_outputs),
+          output_dims(num_outputs),
+          dims((num_inputs + num_outputs) * EVO_MAX_RANK) {}
+    SmallArray<const void*, kInlineTensors> inputs;
+    SmallArray<const int64_t*, kInlineTensors> input_dims;
+    SmallArray<void*, kInlineTensors> outputs;
+    SmallArray<OrtValue*, kInlineTensors> output_values;
+    SmallArray<int64_t*, kInlineTensors> output_dims;
+    SmallArray<int64_t, kInlineTensors * EVO_MAX_RANK> dims;
+};
+
 // Per call: 7 C-API calls per input (value, shape record, type, rank, dims, release, data) and 2 per output.
-OrtStatus* compute_cpu(const FusedKernel& fk, OrtKernelContext* context) {
+OrtStatus* prepare_io(const FusedKernel& fk, OrtKernelContext* context, NodeIo& io, char* err) {
     const OrtApi* api = fk.api;
     const evo_kernel& k = *fk.kernel;
     const size_t num_inputs = static_cast<size_t>(k.num_inputs);  // the node's arity, checked at creation
     const size_t num_outputs = static_cast<size_t>(k.num_outputs);
-
-    SmallArray<const void*, kInlineTensors> inputs(num_inputs);
-    SmallArray<const int64_t*, kInlineTensors> input_dims(num_inputs);
-    SmallArray<void*, kInlineTensors> outputs(num_outputs);
-    SmallArray<int64_t*, kInlineTensors> output_dims(num_outputs);
-    SmallArray<int64_t, kInlineTensors * EVO_MAX_RANK> dims((num_inputs + num_outputs) * EVO_MAX_RANK);
 
     for (size_t i = 0; i < num_inputs; ++i) {
         const OrtValue* value = nullptr;
@@ -295,46 +311,56 @@ OrtStatus* compute_cpu(const FusedKernel& fk, OrtKernelContext* context) {
                                fk.node_name.c_str(), k.name, i, type_name(k.input_types[i]), k.input_ranks[i],
                                type_name(type), rank);
         }
-        int64_t* input_shape = dims.data() + i * EVO_MAX_RANK;
+        int64_t* input_shape = io.dims.data() + i * EVO_MAX_RANK;
         EVO_RETURN_IF_ERROR(api->GetDimensions(info.get(), input_shape, rank));
-        input_dims[i] = input_shape;
+        io.input_dims[i] = input_shape;
         void* data = nullptr;  // NULL is allowed for a zero-size tensor
         // API 21 has no read-only accessor; the kernel receives the pointer as const.
         EVO_RETURN_IF_ERROR(api->GetTensorMutableData(const_cast<OrtValue*>(value), &data));
-        inputs[i] = data;
+        io.inputs[i] = data;
     }
 
-    // Per-call error buffer on the stack: kernels are reentrant and Run() may be concurrent.
-    char err[EVO_ERRLEN];
-    err[0] = '\0';
-    for (size_t o = 0; o < num_outputs; ++o) output_dims[o] = dims.data() + (num_inputs + o) * EVO_MAX_RANK;
-    if (k.infer(input_dims.data(), k.input_ranks, output_dims.data(), err) != 0) {
+    for (size_t o = 0; o < num_outputs; ++o) io.output_dims[o] = io.dims.data() + (num_inputs + o) * EVO_MAX_RANK;
+    if (k.infer(io.input_dims.data(), k.input_ranks, io.output_dims.data(), err) != 0) {
         return kernel_error(api, ORT_INVALID_ARGUMENT, fk, "infer", err);
     }
 
     for (size_t o = 0; o < num_outputs; ++o) {
         const size_t rank = static_cast<size_t>(k.output_ranks[o]);
         for (size_t d = 0; d < rank; ++d) {
-            if (output_dims[o][d] < 0) {
+            if (io.output_dims[o][d] < 0) {
                 return make_status(api, ORT_FAIL,
                                    "evonnx: node '%s': kernel '%s' inferred dim %zu of output %zu as %lld",
-                                   fk.node_name.c_str(), k.name, d, o, static_cast<long long>(output_dims[o][d]));
+                                   fk.node_name.c_str(), k.name, d, o,
+                                   static_cast<long long>(io.output_dims[o][d]));
             }
         }
         OrtValue* value = nullptr;
-        EVO_RETURN_IF_ERROR(api->KernelContext_GetOutput(context, o, output_dims[o], rank, &value));
-        EVO_RETURN_IF_ERROR(api->GetTensorMutableData(value, &outputs[o]));
+        EVO_RETURN_IF_ERROR(api->KernelContext_GetOutput(context, o, io.output_dims[o], rank, &value));
+        io.output_values[o] = value;
+        EVO_RETURN_IF_ERROR(api->GetTensorMutableData(value, &io.outputs[o]));
     }
+    return nullptr;
+}
+
+OrtStatus* compute_cpu(const FusedKernel& fk, OrtKernelContext* context) {
+    const OrtApi* api = fk.api;
+    const evo_kernel& k = *fk.kernel;
+    NodeIo io(static_cast<size_t>(k.num_inputs), static_cast<size_t>(k.num_outputs));
+    // Per-call error buffer on the stack: kernels are reentrant and Run() may be concurrent.
+    char err[EVO_ERRLEN];
+    err[0] = '\0';
+    EVO_RETURN_IF_ERROR(prepare_io(fk, context, io, err));
 
     ParallelRuntime rt{api, context};
     evo_args args;
     args.num_inputs = k.num_inputs;
     args.num_outputs = k.num_outputs;
-    args.inputs = inputs.data();
-    args.input_dims = input_dims.data();
-    args.input_ranks = k.input_ranks;  // equal to the inputs' ranks, checked above
-    args.outputs = outputs.data();
-    args.output_dims = output_dims.data();
+    args.inputs = io.inputs.data();
+    args.input_dims = io.input_dims.data();
+    args.input_ranks = k.input_ranks;  // equal to the inputs' ranks, checked in prepare_io
+    args.outputs = io.outputs.data();
+    args.output_dims = io.output_dims.data();
     args.parallel_for = cpu_parallel_for;
     args.rt = &rt;
     // 1 because the API 21 header offers no way to ask the size of the intra-op pool; parallel_for still uses
@@ -345,8 +371,351 @@ OrtStatus* compute_cpu(const FusedKernel& fk, OrtKernelContext* context) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// OrtCustomOp callbacks. Everything but the three EP-specific ones below is shared; a CUDA variant adds its own
-// create/compute pair and execution-provider name to kFusedOps.
+// CUDA execution, through the CUDA driver API loaded at run time: the library links no CUDA library, so a
+// CPU-only onnxruntime loads it, and libcuda.so.1 is opened only when a CUDA kernel is created. The function
+// types below are written by hand; compiling this file with -DEVO_CHECK_CUDA_H (and cuda.h on the include path)
+// checks every one against cuda.h.
+
+}  // namespace
+
+// The driver's opaque handle types, with cuda.h's own (global) tags, so the types are identical to cuda.h's.
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+
+namespace {
+
+namespace cu {
+using Result = int;  // CUresult, an enum of int size
+using Device = int;  // CUdevice
+using Context = CUctx_st*;
+using Module = CUmod_st*;
+using Function = CUfunc_st*;
+using Stream = CUstream_st*;
+constexpr Result kSuccess = 0;
+constexpr int kAttributeMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+
+using InitFn = Result (*)(unsigned int);
+using GetErrorStringFn = Result (*)(Result, const char**);
+using DeviceGetFn = Result (*)(Device*, int);
+using DeviceGetAttributeFn = Result (*)(int*, int, Device);  // the attribute is a CUdevice_attribute
+using DevicePrimaryCtxRetainFn = Result (*)(Context*, Device);
+using CtxPushCurrentFn = Result (*)(Context);
+using CtxPopCurrentFn = Result (*)(Context*);
+using ModuleLoadDataFn = Result (*)(Module*, const void*);
+using ModuleGetFunctionFn = Result (*)(Function*, Module, const char*);
+using LaunchKernelFn = Result (*)(Function, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                                  unsigned int, unsigned int, Stream, void**, void**);
+
+// The exported names: cuda.h maps cuCtxPushCurrent and cuCtxPopCurrent to these _v2 symbols.
+struct Driver {
+    InitFn Init;
+    GetErrorStringFn GetErrorString;
+    DeviceGetFn DeviceGet;
+    DeviceGetAttributeFn DeviceGetAttribute;
+    DevicePrimaryCtxRetainFn DevicePrimaryCtxRetain;
+    CtxPushCurrentFn CtxPushCurrent;
+    CtxPopCurrentFn CtxPopCurrent;
+    ModuleLoadDataFn ModuleLoadData;
+    ModuleGetFunctionFn ModuleGetFunction;
+    LaunchKernelFn LaunchKernel;
+    std::string error;  // empty when every symbol was found and cuInit succeeded
+};
+}  // namespace cu
+
+#ifdef EVO_CHECK_CUDA_H
+}  // namespace
+#include <cuda.h>
+
+#include <type_traits>
+// The plain names are what driver() looks up with dlsym: cuda.h must not map them to versioned symbols.
+#if defined(cuInit) || defined(cuGetErrorString) || defined(cuDeviceGet) || defined(cuDeviceGetAttribute) || \
+    defined(cuDevicePrimaryCtxRetain) || defined(cuModuleLoadData) || defined(cuModuleGetFunction) ||      \
+    defined(cuLaunchKernel)
+#error "cuda.h maps a driver function evonnx loads by its plain name to a versioned symbol"
+#endif
+namespace {
+// Function types compared with enums replaced by int (CUresult and CUdevice_attribute are int-sized enums).
+template <typename T, bool = std::is_enum<T>::value>
+struct AbiOf {
+    using type = T;
+};
+template <typename T>
+struct AbiOf<T, true> {
+    static_assert(sizeof(T) == sizeof(int), "enum of int size");
+    using type = int;
+};
+template <typename F>
+struct AbiFn;
+template <typename R, typename... A>
+struct AbiFn<R (*)(A...)> {
+    using type = typename AbiOf<R>::type (*)(typename AbiOf<A>::type...);
+};
+#define EVO_CHECK_DRIVER(ours, theirs)                                                                   \
+    static_assert(std::is_same<AbiFn<cu::ours>::type, AbiFn<decltype(&::theirs)>::type>::value, #theirs \
+                  " in cuda.h differs from evonnx's cu::" #ours)
+EVO_CHECK_DRIVER(InitFn, cuInit);
+EVO_CHECK_DRIVER(GetErrorStringFn, cuGetErrorString);
+EVO_CHECK_DRIVER(DeviceGetFn, cuDeviceGet);
+EVO_CHECK_DRIVER(DeviceGetAttributeFn, cuDeviceGetAttribute);
+EVO_CHECK_DRIVER(DevicePrimaryCtxRetainFn, cuDevicePrimaryCtxRetain);
+EVO_CHECK_DRIVER(CtxPushCurrentFn, cuCtxPushCurrent_v2);
+EVO_CHECK_DRIVER(CtxPopCurrentFn, cuCtxPopCurrent_v2);
+EVO_CHECK_DRIVER(ModuleLoadDataFn, cuModuleLoadData);
+EVO_CHECK_DRIVER(ModuleGetFunctionFn, cuModuleGetFunction);
+EVO_CHECK_DRIVER(LaunchKernelFn, cuLaunchKernel);
+static_assert(std::is_same<cu::Context, CUcontext>::value && std::is_same<cu::Module, CUmodule>::value &&
+                  std::is_same<cu::Function, CUfunction>::value && std::is_same<cu::Stream, CUstream>::value &&
+                  std::is_same<cu::Device, CUdevice>::value,
+              "driver handle types");
+static_assert(cu::kSuccess == CUDA_SUCCESS, "CUDA_SUCCESS");
+static_assert(cu::kAttributeMultiprocessorCount == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count attribute");
+#undef EVO_CHECK_DRIVER
+#endif  // EVO_CHECK_CUDA_H
+
+template <typename F>
+bool load_symbol(void* lib, const char* name, F* out, std::string* error) {
+    *out = reinterpret_cast<F>(dlsym(lib, name));
+    if (*out == nullptr && error->empty()) *error = std::string("libcuda.so.1 has no ") + name;
+    return *out != nullptr;
+}
+
+// Loaded once per process (thread-safe static initialisation) and never unloaded.
+const cu::Driver& driver() {
+    static const cu::Driver d = [] {
+        cu::Driver x{};
+        void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (lib == nullptr) {
+            const char* why = dlerror();
+            x.error = std::string("cannot load the CUDA driver libcuda.so.1 (") + (why ? why : "unknown") + ")";
+            return x;
+        }
+        load_symbol(lib, "cuInit", &x.Init, &x.error);
+        load_symbol(lib, "cuGetErrorString", &x.GetErrorString, &x.error);
+        load_symbol(lib, "cuDeviceGet", &x.DeviceGet, &x.error);
+        load_symbol(lib, "cuDeviceGetAttribute", &x.DeviceGetAttribute, &x.error);
+        load_symbol(lib, "cuDevicePrimaryCtxRetain", &x.DevicePrimaryCtxRetain, &x.error);
+        load_symbol(lib, "cuCtxPushCurrent_v2", &x.CtxPushCurrent, &x.error);
+        load_symbol(lib, "cuCtxPopCurrent_v2", &x.CtxPopCurrent, &x.error);
+        load_symbol(lib, "cuModuleLoadData", &x.ModuleLoadData, &x.error);
+        load_symbol(lib, "cuModuleGetFunction", &x.ModuleGetFunction, &x.error);
+        load_symbol(lib, "cuLaunchKernel", &x.LaunchKernel, &x.error);
+        if (x.error.empty()) {
+            const cu::Result r = x.Init(0);
+            if (r != cu::kSuccess) x.error = "cuInit failed with CUDA error " + std::to_string(r);
+        }
+        return x;
+    }();
+    return d;
+}
+
+std::string driver_error_text(const cu::Driver& d, cu::Result r) {
+    const char* text = nullptr;
+    if (d.GetErrorString == nullptr || d.GetErrorString(r, &text) != cu::kSuccess || text == nullptr) {
+        text = "unknown error";
+    }
+    return std::string(text) + " (CUDA error " + std::to_string(r) + ")";
+}
+
+constexpr int kMaxDevices = 64;
+
+// The library's module on one device: loaded once, in the device's primary context (the one onnxruntime's CUDA
+// execution provider uses through the runtime API), and kept for the life of the process.
+struct DeviceModule {
+    cu::Context context = nullptr;
+    cu::Module module = nullptr;
+    unsigned int max_blocks = 0;  // grid cap: 32 blocks of EVO_CUDA_BLOCK threads per SM; loops stride over the rest
+};
+
+std::mutex g_module_mutex;
+std::atomic<const DeviceModule*> g_modules[kMaxDevices];
+
+OrtStatus* device_module(const OrtApi* api, const cu::Driver& d, int device, const DeviceModule** out) {
+    const DeviceModule* known = g_modules[device].load(std::memory_order_acquire);
+    if (known != nullptr) {
+        *out = known;
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(g_module_mutex);
+    known = g_modules[device].load(std::memory_order_relaxed);
+    if (known != nullptr) {
+        *out = known;
+        return nullptr;
+    }
+    auto* m = new DeviceModule();
+    cu::Device dev = 0;
+    cu::Result r = d.DeviceGet(&dev, device);
+    if (r == cu::kSuccess) r = d.DevicePrimaryCtxRetain(&m->context, dev);  // never released: process lifetime
+    if (r != cu::kSuccess) {
+        delete m;
+        return make_status(api, ORT_FAIL, "evonnx: CUDA device %d: cannot retain its primary context: %s", device,
+                           driver_error_text(d, r).c_str());
+    }
+    int sms = 0;
+    if (d.DeviceGetAttribute(&sms, cu::kAttributeMultiprocessorCount, dev) != cu::kSuccess || sms <= 0) sms = 16;
+    m->max_blocks = static_cast<unsigned int>(sms) * 32u;
+    r = d.CtxPushCurrent(m->context);
+    if (r == cu::kSuccess) {
+        r = d.ModuleLoadData(&m->module, evo_cuda_image);
+        cu::Context popped = nullptr;
+        d.CtxPopCurrent(&popped);
+    }
+    if (r != cu::kSuccess) {
+        delete m;
+        return make_status(api, ORT_FAIL,
+                           "evonnx: cannot load the CUDA kernels of this library (built for model '%s') on device "
+                           "%d: %s. The library holds CUBINs for the architectures it was built for and PTX for "
+                           "the newest; rebuild with evonnx optimize --target cuda for this GPU or update the driver",
+                           evo_library_model, device, driver_error_text(d, r).c_str());
+    }
+    g_modules[device].store(m, std::memory_order_release);
+    *out = m;
+    return nullptr;
+}
+
+// One instance per graph node placed on the CUDA execution provider.
+struct CudaFusedKernel {
+    FusedKernel base;
+    std::mutex mutex;
+    std::atomic<const cu::Function*> functions[kMaxDevices];  // the kernel's entries on each device, resolved once
+};
+
+OrtStatus* kernel_functions(CudaFusedKernel& ck, const cu::Driver& d, int device, const DeviceModule& m,
+                            const cu::Function** out) {
+    const cu::Function* known = ck.functions[device].load(std::memory_order_acquire);
+    if (known != nullptr) {
+        *out = known;
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(ck.mutex);
+    known = ck.functions[device].load(std::memory_order_relaxed);
+    if (known != nullptr) {
+        *out = known;
+        return nullptr;
+    }
+    const evo_cuda_kernel& c = *ck.base.kernel->cuda;
+    auto* functions = new cu::Function[static_cast<size_t>(c.num_entries)];
+    for (int32_t e = 0; e < c.num_entries; ++e) {
+        const cu::Result r = d.ModuleGetFunction(&functions[e], m.module, c.entries[e]);
+        if (r != cu::kSuccess) {
+            delete[] functions;
+            return make_status(ck.base.api, ORT_FAIL,
+                               "evonnx: node '%s': the CUDA image has no function '%s' (kernel '%s'): %s",
+                               ck.base.node_name.c_str(), c.entries[e], ck.base.kernel->name,
+                               driver_error_text(d, r).c_str());
+        }
+    }
+    ck.functions[device].store(functions, std::memory_order_release);  // freed with the kernel
+    *out = functions;
+    return nullptr;
+}
+
+// Pops the context pushed for one Compute on every path out of it.
+class ContextScope {
+  public:
+    explicit ContextScope(const cu::Driver& d) : d_(d) {}
+    ~ContextScope() {
+        if (pushed_) {
+            cu::Context popped = nullptr;
+            d_.CtxPopCurrent(&popped);
+        }
+    }
+    ContextScope(const ContextScope&) = delete;
+    ContextScope& operator=(const ContextScope&) = delete;
+    cu::Result push(cu::Context c) {
+        const cu::Result r = d_.CtxPushCurrent(c);
+        pushed_ = r == cu::kSuccess;
+        return r;
+    }
+
+  private:
+    const cu::Driver& d_;
+    bool pushed_ = false;
+};
+
+constexpr size_t kInlineLaunches = 64;
+constexpr size_t kInlineParams = 64;
+
+// Launches every piece of the kernel on onnxruntime's compute stream; no synchronisation.
+OrtStatus* compute_cuda(CudaFusedKernel& ck, OrtKernelContext* context) {
+    const FusedKernel& fk = ck.base;
+    const OrtApi* api = fk.api;
+    const evo_kernel& k = *fk.kernel;
+    const evo_cuda_kernel& c = *k.cuda;
+    const size_t num_inputs = static_cast<size_t>(k.num_inputs);
+    const size_t num_outputs = static_cast<size_t>(k.num_outputs);
+    NodeIo io(num_inputs, num_outputs);
+    char err[EVO_ERRLEN];
+    err[0] = '\0';
+    EVO_RETURN_IF_ERROR(prepare_io(fk, context, io, err));
+
+    const size_t num_syms = static_cast<size_t>(c.num_syms);
+    SmallArray<int64_t, kInlineParams> syms(num_syms > 0 ? num_syms : 1);
+    SmallArray<evo_cuda_launch, kInlineLaunches> launches(static_cast<size_t>(c.num_launches));
+    if (c.plan(io.input_dims.data(), syms.data(), launches.data(), err) != 0) {
+        return kernel_error(api, ORT_INVALID_ARGUMENT, fk, "plan", err);
+    }
+    bool any = false;
+    for (int32_t l = 0; l < c.num_launches; ++l) any = any || launches[static_cast<size_t>(l)].total > 0;
+    if (!any) return nullptr;  // only empty outputs: nothing to launch, no driver needed
+
+    // The device of the outputs (onnxruntime allocated them on this node's device).
+    const OrtMemoryInfo* memory = nullptr;
+    int device = 0;
+    EVO_RETURN_IF_ERROR(api->GetTensorMemoryInfo(io.output_values[0], &memory));
+    EVO_RETURN_IF_ERROR(api->MemoryInfoGetId(memory, &device));
+    if (device < 0 || device >= kMaxDevices) {
+        return make_status(api, ORT_FAIL, "evonnx: node '%s': CUDA device id %d is out of range", fk.node_name.c_str(),
+                           device);
+    }
+    void* stream = nullptr;  // NULL: the default stream
+    EVO_RETURN_IF_ERROR(api->KernelContext_GetGPUComputeStream(context, &stream));
+
+    const cu::Driver& d = driver();  // loaded in CreateKernel already; error-free there
+    const DeviceModule* m = nullptr;
+    EVO_RETURN_IF_ERROR(device_module(api, d, device, &m));
+    ContextScope scope(d);
+    cu::Result r = scope.push(m->context);
+    if (r != cu::kSuccess) {
+        return make_status(api, ORT_FAIL, "evonnx: node '%s': cannot make CUDA device %d current: %s",
+                           fk.node_name.c_str(), device, driver_error_text(d, r).c_str());
+    }
+    const cu::Function* functions = nullptr;
+    EVO_RETURN_IF_ERROR(kernel_functions(ck, d, device, *m, &functions));
+
+    // Kernel parameters: input pointers, output pointers, the size symbols, then the work-item count.
+    int64_t total = 0;
+    SmallArray<void*, kInlineParams> params(num_inputs + num_outputs + num_syms + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < num_inputs; ++i) params[n++] = const_cast<const void**>(&io.inputs[i]);
+    for (size_t o = 0; o < num_outputs; ++o) params[n++] = &io.outputs[o];
+    for (size_t s = 0; s < num_syms; ++s) params[n++] = &syms[s];
+    params[n++] = &total;
+    for (int32_t l = 0; l < c.num_launches; ++l) {
+        const evo_cuda_launch& launch = launches[static_cast<size_t>(l)];
+        if (launch.total <= 0) continue;
+        if (launch.entry < 0 || launch.entry >= c.num_entries) {
+            return make_status(api, ORT_FAIL, "evonnx: node '%s': kernel '%s' planned entry %d of %d",
+                               fk.node_name.c_str(), k.name, launch.entry, c.num_entries);
+        }
+        total = launch.total;  // cuLaunchKernel copies the parameters at the call
+        const int64_t wanted = (total + EVO_CUDA_BLOCK - 1) / EVO_CUDA_BLOCK;
+        const unsigned int blocks = wanted < static_cast<int64_t>(m->max_blocks) ? static_cast<unsigned int>(wanted)
+                                                                                 : m->max_blocks;
+        r = d.LaunchKernel(functions[launch.entry], blocks, 1, 1, EVO_CUDA_BLOCK, 1, 1, 0,
+                           static_cast<cu::Stream>(stream), params.data(), nullptr);
+        if (r != cu::kSuccess) {
+            return make_status(api, ORT_FAIL, "evonnx: node '%s': launching %s (%u blocks) failed: %s",
+                               fk.node_name.c_str(), c.entries[launch.entry], blocks, driver_error_text(d, r).c_str());
+        }
+    }
+    return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// OrtCustomOp callbacks. Everything but the four EP-specific ones below (create, compute, destroy, provider name)
+// is shared by the CPU and the CUDA op.
 
 OrtStatus* ORT_API_CALL create_kernel_cpu(const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info,
                                           void** kernel) {
@@ -373,6 +742,53 @@ OrtStatus* ORT_API_CALL compute_kernel_cpu(void* kernel, OrtKernelContext* conte
 const char* ORT_API_CALL execution_provider_cpu(const OrtCustomOp*) { return "CPUExecutionProvider"; }
 
 void ORT_API_CALL destroy_kernel(void* kernel) { delete static_cast<FusedKernel*>(kernel); }
+
+OrtStatus* ORT_API_CALL create_kernel_cuda(const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info,
+                                           void** kernel) {
+    *kernel = nullptr;
+    try {
+        FusedKernel* fk = nullptr;
+        EVO_RETURN_IF_ERROR(create_fused_kernel(api, info, &fk));
+        FusedKernel base = std::move(*fk);
+        delete fk;
+        if (base.kernel->cuda == nullptr || &evo_cuda_image_size == nullptr || evo_cuda_image == nullptr ||
+            evo_cuda_image_size == 0) {
+            return make_status(api, ORT_NOT_IMPLEMENTED,
+                               "evonnx: node '%s' is placed on the CUDA execution provider, but this library (for "
+                               "model '%s') was built for CPU only; re-run evonnx optimize --target cuda (or "
+                               "--target both)",
+                               base.node_name.c_str(), evo_library_model);
+        }
+        const cu::Driver& d = driver();
+        if (!d.error.empty()) {
+            return make_status(api, ORT_FAIL, "evonnx: node '%s' (CUDA execution provider): %s",
+                               base.node_name.c_str(), d.error.c_str());
+        }
+        auto* ck = new CudaFusedKernel();
+        ck->base = std::move(base);
+        *kernel = ck;
+        return nullptr;
+    } catch (const std::exception& e) {
+        return make_status(api, ORT_FAIL, "evonnx: creating a Fused CUDA kernel failed: %s", e.what());
+    }
+}
+
+OrtStatus* ORT_API_CALL compute_kernel_cuda(void* kernel, OrtKernelContext* context) {
+    auto* ck = static_cast<CudaFusedKernel*>(kernel);
+    try {
+        return compute_cuda(*ck, context);
+    } catch (const std::exception& e) {  // bad_alloc of wide nodes' arrays, std::string in messages
+        return make_status(ck->base.api, ORT_FAIL, "evonnx: node '%s': %s", ck->base.node_name.c_str(), e.what());
+    }
+}
+
+const char* ORT_API_CALL execution_provider_cuda(const OrtCustomOp*) { return "CUDAExecutionProvider"; }
+
+void ORT_API_CALL destroy_kernel_cuda(void* kernel) {
+    auto* ck = static_cast<CudaFusedKernel*>(kernel);
+    for (auto& f : ck->functions) delete[] f.load();
+    delete ck;
+}
 const char* ORT_API_CALL op_name(const OrtCustomOp*) { return kOpName; }
 // One formal input and one formal output, both variadic over mixed element types (homogeneity 0; with 1, ORT
 // rejects mixed types at load time), at least one tensor each.
@@ -393,7 +809,8 @@ int ORT_API_CALL end_version(const OrtCustomOp*) { return INT_MAX; }
 OrtCustomOp make_fused_op(const char*(ORT_API_CALL* execution_provider)(const OrtCustomOp*),
                           OrtStatusPtr(ORT_API_CALL* create)(const OrtCustomOp*, const OrtApi*,
                                                              const OrtKernelInfo*, void**),
-                          OrtStatusPtr(ORT_API_CALL* compute)(void*, OrtKernelContext*)) {
+                          OrtStatusPtr(ORT_API_CALL* compute)(void*, OrtKernelContext*),
+                          void(ORT_API_CALL* destroy)(void*)) {
     OrtCustomOp op{};  // every field not set here stays NULL, which ORT reads as "not provided"
     // Tells ORT which fields of the struct exist; must be the build header's version, never the runtime's.
     op.version = ORT_API_VERSION;
@@ -412,15 +829,19 @@ OrtCustomOp make_fused_op(const char*(ORT_API_CALL* execution_provider)(const Or
     op.GetVariadicOutputHomogeneity = heterogeneous;
     op.CreateKernelV2 = create;
     op.KernelComputeV2 = compute;
-    op.KernelDestroy = destroy_kernel;
+    op.KernelDestroy = destroy;
     op.GetStartVersion = start_version;
     op.GetEndVersion = end_version;
     return op;
 }
 
 // ORT keeps pointers to these for as long as any session uses the library, hence static storage.
+// One domain holds the op for both providers; onnxruntime picks by the node's provider (a CPU session, or a CPU-only
+// onnxruntime, only ever creates the CPU kernel, so the CUDA one costs nothing there). Inputs and outputs use the
+// provider's default memory: host memory on CPU, device memory on CUDA.
 const OrtCustomOp kFusedOps[] = {
-    make_fused_op(execution_provider_cpu, create_kernel_cpu, compute_kernel_cpu),
+    make_fused_op(execution_provider_cpu, create_kernel_cpu, compute_kernel_cpu, destroy_kernel),
+    make_fused_op(execution_provider_cuda, create_kernel_cuda, compute_kernel_cuda, destroy_kernel_cuda),
 };
 
 }  // namespace
@@ -441,6 +862,9 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     OrtCustomOpDomain* domain = nullptr;
     EVO_RETURN_IF_ERROR(api->CreateCustomOpDomain(kDomain, &domain));
     for (const OrtCustomOp& op : kFusedOps) {
+        // A library built for CPU only registers no CUDA kernel, so in a CUDA session onnxruntime places the fused
+        // nodes on the CPU provider (with copies) instead of failing to create the session.
+        if (&op != &kFusedOps[0] && &evo_cuda_image_size == nullptr) continue;
         OrtStatus* status = api->CustomOpDomain_Add(domain, &op);
         if (status != nullptr) {
             api->ReleaseCustomOpDomain(domain);

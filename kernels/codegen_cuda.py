@@ -1,0 +1,361 @@
+"""CUDA code generation: device code (one .cu per model) and the host-side launch plans (plain C).
+
+The iteration space of each output is split into the same *pieces* as the CPU kernels (`codegen_c._pieces`:
+loops split at Concat boundaries, a small last axis unrolled with its elements sharing subexpressions). Each
+piece becomes one `__global__` function running a grid-stride loop over its flattened work items, innermost axis
+fastest: consecutive threads compute consecutive rows, so a warp's stores are contiguous (coalesced) whenever
+the piece covers whole rows of the output.
+
+- **Index width.** Each piece exists as `<name>_i32` and `<name>_i64` (one template body, index type `I`). The
+  host plan bounds, in double arithmetic at run time, the magnitude of every index polynomial and every nested
+  one (Mod, FloorDiv, Min, Max, table lookups) the piece evaluates, with every partial product and sum, and
+  launches `_i32` only when that bound is below 2^31. The loop counter itself is always 64-bit.
+- **Vector stores.** When a piece's unrolled elements are consecutive in the output and fill 4, 8 or 16 bytes
+  (e.g. the 4 float coordinates of a box), the thread writes them with one vector store if the address is
+  aligned, else element by element: the test is per thread, so any alignment is correct.
+- **Loads are scalar**, through `const __restrict__` pointers (the read-only data path). The reads of fused
+  view chains are mostly gathers (transposes, reshapes of strided views); where a thread reads a contiguous row,
+  its scalar loads fall on the same 32-byte sectors the warp already fetched, so vector loads would save
+  instructions, not memory traffic. Not done yet.
+- **Rounding.** Compiled with `--fmad=false` (as the CPU kernels use `-ffp-contract=off`); division and sqrt
+  are IEEE (nvcc's default `-prec-div=true -prec-sqrt=true`, no fast math), so exact kernels stay exact.
+  Transcendentals use CUDA's libdevice (expf within 2 ulp): such kernels are inexact anyway.
+
+`generate_cuda(specs, model)` returns the .cu source; `generate_cuda_host(specs)` returns C to append to the CPU
+source of `codegen_c.generate` (compiled with `-DEVO_WITH_CUDA`, which makes each kernel entry point at its
+`evo_cuda_kernel`). The entry order of both comes from the same `_cuda_kernels`, so they always agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from evonnx.expr import Expr, Load, Op, TableLoad, ValueTable, substitute, walk
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs, var
+from evonnx.kernels.codegen_c import MAX_UNROLL, _c_comment, _Kernel, _pieces, _polys, _prod, _split_axes
+from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
+from evonnx.records import KernelOutput, KernelSpec
+from evonnx.view import View
+
+_TEMPLATES = Path(__file__).with_name("templates")
+_I32_LIMIT = "2147483647.0"
+# Vector types nvcc stores in one instruction, by byte width.
+_VECTOR = {4: "unsigned int", 8: "uint2", 16: "uint4"}
+_SIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "uint16": 2,
+         "uint32": 4, "uint64": 8, "bool": 1}
+
+
+def _template(name: str) -> Template:
+    return Template((_TEMPLATES / name).read_text())
+
+
+@dataclass
+class _CudaPiece:
+    fname: str  # the __global__ base name; entries are fname + "_i32" / "_i64"
+    device: str  # its CUDA source
+    total: Poly  # work items (threads' loop range)
+    bounded: tuple[Poly, ...]  # every index polynomial the piece evaluates, nested ones included
+
+
+class _CudaKernel:
+    """The CUDA pieces of one kernel, in the order of its launches."""
+
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        k = _Kernel(spec)  # the CPU generator's size symbols and their C names, so both sides bind alike
+        self.syms: list[Sym] = k.syms
+        self.sym_names: dict[Sym, str] = k.sym_names
+        self.tables: dict[object, str] = {}
+        self.table_decls: list[str] = []
+        self.pieces: list[_CudaPiece] = []
+        for oi, o in enumerate(spec.outputs):
+            out_view = View.dense(o.shape)
+            for pi, piece in enumerate(_pieces(o)):
+                self._add_piece(oi, o, pi, piece.ranges, out_view)
+
+    # -- constant tables live in device global memory (read through the read-only cache) ---------------
+    def _table(self, t: Table | ValueTable) -> None:
+        if t in self.tables:
+            return
+        name = f"{self.spec.name}_t{len(self.tables)}"
+        self.tables[t] = name
+        if isinstance(t, Table):
+            vals = ", ".join(f"INT64_C({v})" for v in t.values)
+            self.table_decls.append(f"static __device__ const int64_t {name}[{len(t.values)}] = {{{vals}}};")
+        else:
+            vals = ", ".join(print_const(v, t.dtype) for v in t.values)
+            self.table_decls.append(
+                f"static __device__ const {CTYPE[t.dtype]} {name}[{len(t.values)}] = {{{vals}}};")
+
+    def _collect_tables(self, e: Expr) -> None:
+        for x in walk(e):
+            if isinstance(x, TableLoad):
+                self._table(x.table)
+            for p in _polys(x):
+                for a in p.atoms():
+                    if isinstance(a, Lookup):
+                        self._table(a.table)
+
+    # -- one piece --------------------------------------------------------------------------------------
+    def _add_piece(self, oi: int, o: KernelOutput, pi: int, ranges: tuple[tuple[Poly, Poly], ...],
+                   out_view: View) -> None:
+        # The loops of the piece as the CPU generator builds them: one per axis of extent > 1, split where the
+        # expression divides them (codegen_c._split_axes: a flattened Reshape becomes nested loops again, so the
+        # per-element fdiv/fmod disappear); a small last loop is unrolled, the rest flattened into work items.
+        loops: list[Poly] = []
+        mapping: dict[Atom, Poly] = {}
+        for k, p in enumerate(o.index):
+            v = p.atom()
+            if not isinstance(v, Var):
+                continue
+            lo, hi = ranges[k]
+            nv = var(f"a{k}", hi - lo)
+            mapping[v] = nv + lo
+            if nv.atom() is not None:
+                loops.append(nv)
+        expr = substitute(o.expr, mapping)
+        pos = subs(out_view.index(o.index), mapping)
+        loops, expr, pos = _split_axes(loops, expr, pos)
+        exts: list[Poly] = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
+        unroll = None
+        if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
+            unroll = loops.pop().atom()
+            exts.pop()
+        cvars: dict[Var, str] = {}
+        for n, lp in enumerate(loops):
+            cvars[lp.atom()] = f"c{n}"  # type: ignore[index]
+        roots: list[tuple[Poly, Expr]] = []
+        for u in range(unroll.extent.const if isinstance(unroll, Var) else 1):  # type: ignore[arg-type]
+            m = {unroll: Poly.of(u)} if unroll is not None else {}
+            roots.append((subs(pos, m), substitute(expr, m)))
+        for _, e in roots:
+            self._collect_tables(e)
+        names = Names(cvars, self.sym_names, self.tables, index_type="I")
+        fname = f"{self.spec.name}_o{oi}_p{pi}"
+        total = _prod(exts)
+        note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in ranges) + "), work items " + " x ".join(
+            f"{cvars[lp.atom()]}<{e}" for lp, e in zip(loops, exts, strict=True))  # type: ignore[index]
+        if isinstance(unroll, Var):
+            note += f", {unroll.extent} unrolled"
+        params, args = self._params()
+        device = _template("piece.cu").substitute(
+            kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=_c_comment(note), fname=fname,
+            params=params, args=args, bindings=self._bindings(exts, names), unravel=_unravel(len(exts)),
+            body=_body(roots, names, oi, o.dtype))
+        bounded: list[Poly] = [total, *exts]
+        for p_, e in roots:
+            bounded.append(p_)
+            for x in walk(e):
+                bounded.extend(_polys(x))
+        self.pieces.append(_CudaPiece(fname, device, total, tuple(_nested(bounded))))
+
+    def _params(self) -> tuple[str, str]:
+        params, args = [], []
+        for k, i in enumerate(self.spec.inputs):
+            params.append(f"const {CTYPE[i.dtype]} *__restrict__ in{k}" if i.dtype else f"const void *in{k}")
+            args.append(f"in{k}")
+        for k, o in enumerate(self.spec.outputs):
+            params.append(f"{CTYPE[o.dtype]} *__restrict__ out{k}")
+            args.append(f"out{k}")
+        for n in range(len(self.syms)):
+            params.append(f"long long sym{n}")
+            args.append(f"sym{n}")
+        params.append("long long total")
+        args.append("total")
+        return ", ".join(params), ", ".join(args)
+
+    def _bindings(self, exts: Sequence[Poly], names: Names) -> str:
+        lines = [f"    const I {self.sym_names[s]} = (I)sym{n};\n    (void){self.sym_names[s]};"
+                 for n, s in enumerate(self.syms)]
+        for n in range(1, len(exts)):  # the outermost needs no extent: it is what remains of the flat index
+            lines.append(f"    const I e{n} = {print_poly(exts[n], names)};")
+        for k in range(len(self.spec.inputs)):
+            lines.append(f"    (void)in{k};")
+        return "\n".join(lines)
+
+
+def _nested(polys: Sequence[Poly]) -> list[Poly]:
+    """Every distinct polynomial that evaluating `polys` computes, nested ones (inside atoms) included.
+
+    A Var's extent is not computed by the code (the loop coordinate is), so it is not listed; `_mag` still uses it
+    to bound the Var."""
+    out: dict[Poly, None] = {}
+    stack = list(polys)
+    while stack:
+        p = stack.pop()
+        if p in out or p.const is not None:
+            continue
+        out[p] = None
+        for mono, _ in p.terms:
+            for a in mono:
+                if isinstance(a, (FloorDiv, Mod)):
+                    stack.extend((a.num, a.den))
+                elif isinstance(a, (Min, Max)):
+                    stack.extend((a.a, a.b))
+                elif isinstance(a, Lookup):
+                    stack.append(a.index)
+    return sorted(out, key=str)
+
+
+def _mag(p: Poly, names: Names) -> str:
+    """C (double) for an upper bound of |p| and of every partial product and sum the generated code forms."""
+    terms = []
+    for mono, c in p.terms:
+        terms.append("*".join([f"{abs(c)}.0"] + [f"fmax(1.0, {_amag(a, names)})" for a in mono]))
+    return "(" + " + ".join(terms) + ")" if terms else "0.0"
+
+
+def _amag(a: Atom, names: Names) -> str:
+    if isinstance(a, Sym):
+        return f"(double){names.syms[a]}"
+    if isinstance(a, Var):
+        return _mag(a.extent, names)
+    if isinstance(a, FloorDiv):  # |floor(n / d)| <= |n| for integers with d != 0
+        return _mag(a.num, names)
+    if isinstance(a, Mod):  # |fmod(n, d)| < |d|
+        return _mag(a.den, names)
+    if isinstance(a, (Min, Max)):
+        x, y = (a.a, a.b)
+        return f"fmax({_mag(x, names)}, {_mag(y, names)})"
+    if isinstance(a, Lookup):
+        return f"{max(abs(v) for v in a.table.values)}.0"
+    raise TypeError(f"cannot bound atom {a!r}")
+
+
+def _unravel(n: int) -> str:
+    """The work coordinates c0..c<n-1> of flat work item f, the last fastest."""
+    if n == 0:
+        return "        (void)f;"
+    lines = ["        I r = (I)f;"]
+    for k in range(n - 1, 0, -1):
+        lines.append(f"        const I c{k} = r % e{k};\n        r /= e{k};")
+    lines.append("        const I c0 = r;")
+    return "\n".join(lines)
+
+
+def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str) -> str:
+    """Statements computing every root, subexpressions used more than once in temporaries (the CPU generator's
+    rule: nodes reached only through a guarded select branch are never hoisted, they may read out of range when
+    not taken), then the stores, vectorised when the roots are consecutive and fill a vector type."""
+    uses: dict[Expr, int] = {}
+
+    def count(x: Expr, guarded: bool) -> None:
+        if guarded:
+            return
+        uses[x] = uses.get(x, 0) + 1
+        if uses[x] > 1 or not isinstance(x, Op):
+            return
+        for k, a in enumerate(x.args):
+            count(a, x.attr == "guard" and k > 0)
+
+    for _, e in roots:
+        count(e, False)
+    temps: dict[Expr, str] = {}
+    lines: list[str] = []
+
+    def sub(x: Expr) -> str:
+        if x in temps:
+            return temps[x]
+        return print_expr(x, names, sub)
+
+    order: list[Expr] = []
+    for _, e in roots:
+        order.extend(walk(e))
+    for x in dict.fromkeys(order):
+        if uses.get(x, 0) > 1 and isinstance(x, (Op, Load, TableLoad)):
+            code = print_expr(x, names, sub)
+            name = f"t{len(temps)}"
+            lines.append(f"        const {CTYPE[x.dtype]} {name} = {code};")
+            temps[x] = name
+    t = CTYPE[dtype]
+    n = len(roots)
+    width = n * _SIZE[dtype]
+    consecutive = all((pos - roots[0][0]).const == u for u, (pos, _) in enumerate(roots))
+    if n > 1 and consecutive and width in _VECTOR:
+        vt = _VECTOR[width]
+        lines.append(f"        union {{ {t} e[{n}]; {vt} v; }} w;")
+        for u, (_, e) in enumerate(roots):
+            lines.append(f"        w.e[{u}] = ({t})({sub(e)});")
+        lines.append(f"        {t} *p = out{oi} + {print_poly(roots[0][0], names)};")
+        lines.append(f"        if ((reinterpret_cast<uintptr_t>(p) & {width - 1}u) == 0) {{\n"
+                     f"            *reinterpret_cast<{vt} *>(p) = w.v;\n        }} else {{")
+        for u in range(n):
+            lines.append(f"            p[{u}] = w.e[{u}];")
+        lines.append("        }")
+    else:
+        for pos, e in roots:
+            lines.append(f"        out{oi}[{print_poly(pos, names)}] = ({t})({sub(e)});")
+    return "\n".join(lines)
+
+
+def _cuda_kernels(specs: Sequence[KernelSpec]) -> list[_CudaKernel]:
+    return [_CudaKernel(s) for s in specs]
+
+
+# -- device code --------------------------------------------------------------------------------------------
+def _device_source(k: _CudaKernel) -> str:
+    spec = k.spec
+    io = [f" * in{si}: {_c_comment(i.name)} {i.dtype}[{', '.join(map(str, i.shape))}]"
+          for si, i in enumerate(spec.inputs)]
+    for oi, o in enumerate(spec.outputs):
+        io.append(f" * out{oi}: {_c_comment(o.name)} {o.dtype}[{', '.join(map(str, o.shape))}] reads "
+                  + _c_comment("; ".join(o.reads)))
+    return _template("kernel.cu").substitute(
+        kernel=spec.name, nodes=_c_comment(", ".join(spec.source_nodes)), ops=" ".join(spec.source_ops),
+        io_comment="\n".join(io), tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""),
+        pieces="".join(p.device for p in k.pieces))
+
+
+def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
+    """The CUDA source of every kernel of one model: two `extern "C" __global__` functions per piece."""
+    parts = [_template("prelude.cu").substitute(model=_c_comment(model_name))]
+    parts.extend(_device_source(k) for k in _cuda_kernels(specs))
+    return "".join(parts)
+
+
+# -- host code ----------------------------------------------------------------------------------------------
+def _host_source(k: _CudaKernel) -> str:
+    spec = k.spec
+    names = Names({}, k.sym_names, {})
+    binding: dict[Sym, tuple[int, int]] = {}
+    for si, i in enumerate(spec.inputs):
+        for a, d in enumerate(i.shape):
+            s = d.atom()
+            if isinstance(s, Sym) and s not in binding:
+                binding[s] = (si, a)
+    missing = [s.name for s in k.syms if s not in binding]
+    if missing:
+        raise ValueError(f"kernel {spec.name}: size symbols {missing} are bound by no input")
+    sym_binding = "\n".join(f"    const int64_t {k.sym_names[s]} = in_dims[{binding[s][0]}][{binding[s][1]}];"
+                            for s in k.syms)
+    sym_fill = "\n".join(f"    syms[{n}] = {k.sym_names[s]};" for n, s in enumerate(k.syms))
+    launches = []
+    for n, p in enumerate(k.pieces):
+        bounds = [_mag(q, names) for q in p.bounded] or ["0.0"]
+        expr = bounds[0]
+        for b in bounds[1:]:
+            expr = f"fmax({expr},\n                 {b})"
+        launches.append(
+            f"    bound = {expr};\n"
+            f"    launches[{n}].entry = bound <= {_I32_LIMIT} ? {2 * n} : {2 * n + 1};\n"
+            f"    launches[{n}].total = {print_poly(p.total, names)};")
+    entries = ",\n".join(f"    \"{p.fname}_i32\", \"{p.fname}_i64\"" for p in k.pieces)
+    return _template("cuda_host.c").substitute(
+        kernel=spec.name, entries=entries, sym_binding=sym_binding, sym_fill=sym_fill,
+        launches="\n".join(launches), n_entries=2 * len(k.pieces), n_launches=len(k.pieces),
+        n_syms=len(k.syms))
+
+
+def generate_cuda_host(specs: Sequence[KernelSpec]) -> str:
+    """C to append to `codegen_c.generate(specs, ...)`: each kernel's `evo_cuda_kernel` with its launch plan.
+
+    The combined source must be compiled with `-DEVO_WITH_CUDA` (build_model_library does so when it is given
+    the CUDA source), which makes each kernel's entry point at the table defined here."""
+    parts = ["\n/* ---- CUDA launch plans (codegen_cuda.generate_cuda_host) ---- */\n"
+             "#ifndef EVO_WITH_CUDA\n#error \"the CUDA host code needs -DEVO_WITH_CUDA\"\n#endif\n"]
+    parts.extend(_host_source(k) for k in _cuda_kernels(specs))
+    return "".join(parts)
+
