@@ -322,6 +322,7 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
     not per element). Nodes reached only through a guarded select branch are never hoisted: they may read out of
     range when not taken; nothing that depends on a reduction's own variable leaves that reduction."""
     uses: dict[Expr, int] = {}
+    seen: set[Expr] = set()
     fv: dict = {}
 
     def count(x: Expr, guarded: bool, bound: frozenset) -> None:
@@ -334,8 +335,13 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
                 count(x.body, False, bound | {x.var.atom()})
             return
         uses[x] = uses.get(x, 0) + 1
-        if uses[x] > 1:
+        if bound and isinstance(x, (Reduce, Op)):
+            # inside a reduction but independent of its variable: compute it once, before the reduction's loop
+            # (gcc does not move whole loops such as a softmax's row sum out of an enclosing loop)
+            uses[x] = max(uses[x], 2)
+        if uses[x] > 1 and x in seen:
             return
+        seen.add(x)
         if isinstance(x, Op):
             for k, a in enumerate(x.args):
                 count(a, x.attr == "guard" and k > 0, bound)

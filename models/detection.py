@@ -378,6 +378,41 @@ class MapRoiLevels(nn.Module):
         return target_lvls
 
 
+class ScoreFilter(nn.Module):
+    """YOLOv5 ``utils/general.py non_max_suppression`` before NMS: class confidence = obj × cls, best class per
+    candidate (max + argmax), xywh → xyxy, ``cat((box, conf, j.float()), 1)``, zeroed below the confidence
+    threshold (the export-friendly form of the boolean-mask indexing)."""
+
+    def __init__(self, conf_thres: float = 0.25) -> None:
+        super().__init__()
+        self.conf_thres = conf_thres
+
+    def forward(self, prediction: torch.Tensor) -> torch.Tensor:
+        box = prediction[..., :4]
+        obj = prediction[..., 4:5]
+        scores = prediction[..., 5:] * obj
+        conf, j = scores.max(-1, keepdim=True)
+        xy, wh = box[..., :2], box[..., 2:4] / 2
+        out = torch.cat((xy - wh, xy + wh, conf, j.float()), -1)
+        keep = (conf > self.conf_thres) & (obj > self.conf_thres)
+        return out * keep
+
+
+class DetrPostProcess(nn.Module):
+    """facebookresearch/detr ``models/detr.py PostProcess``: softmax over classes, best non-background class per
+    query (max + argmax), boxes cxcywh → xyxy scaled to each image's size."""
+
+    def forward(self, pred_logits: torch.Tensor, pred_boxes: torch.Tensor, target_sizes: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        prob = torch.softmax(pred_logits, -1)
+        scores, labels = prob[..., :-1].max(-1)
+        cx, cy, w, h = pred_boxes.unbind(-1)
+        boxes = torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], dim=-1)
+        img_h, img_w = target_sizes.unbind(1)
+        scale_fct = torch.stack([img_w, img_h, img_w, img_h], dim=1)
+        return scores, labels, boxes * scale_fct[:, None, :]
+
+
 # =========================================================================================================
 # Slice-assignment set: in-place writes into views (TorchScript exporter → ScatterND)
 # =========================================================================================================

@@ -289,6 +289,39 @@ SPECS: tuple[Spec, ...] = (
         "to int64. Random normal rois give NaN (sqrt of negative) and an undefined cast.",
         source="mmdet SingleRoIExtractor.map_roi_levels (EasyView map_roi_levels hotspot)",
     ),
+    Spec(
+        name="detr_postprocess",
+        make_module=det.DetrPostProcess,
+        make_inputs=lambda g, d: {
+            "pred_logits": torch.randn(d["B"], d["Q"], 92, generator=g) * 3.0,
+            "pred_boxes": _uniform(g, (d["B"], d["Q"], 4), 0.05, 0.95),
+            "target_sizes": _uniform(g, (d["B"], 2), 480.0, 1333.0).round(),
+        },
+        cases=({"B": 8, "Q": 300}, {"B": 2, "Q": 100}),
+        output_names=("scores", "labels", "boxes"),
+        dynamic_axes={"pred_logits": {0: "B", 1: "Q"}, "pred_boxes": {0: "B", 1: "Q"},
+                      "target_sizes": {0: "B"}, "scores": {0: "B", 1: "Q"}, "labels": {0: "B", 1: "Q"},
+                      "boxes": {0: "B", 1: "Q"}},
+        input_hints={"pred_logits": {"kind": "normal", "mean": 0.0, "std": 3.0},
+                     "pred_boxes": {"kind": "uniform", "range": [0.05, 0.95], "note": "normalised cx, cy, w, h"},
+                     "target_sizes": {"kind": "uniform", "range": [480.0, 1333.0], "note": "(h, w) per image"}},
+        description="DETR post-processing for B images × Q queries × 92 classes: softmax over classes, max and "
+        "argmax over the 91 real classes, cxcywh → xyxy scaled per image — a softmax feeding reductions.",
+        source="facebookresearch/detr models/detr.py PostProcess",
+    ),
+    Spec(
+        name="score_filter",
+        make_module=det.ScoreFilter,
+        make_inputs=lambda g, d: {"prediction": _uniform(g, (d["B"], d["N"], 85), 0.0, 1.0)},
+        cases=({"B": 1, "N": 25200}, {"B": 2, "N": 8400}),
+        output_names=("candidates",),
+        dynamic_axes={"prediction": {0: "B", 1: "N"}, "candidates": {0: "B", 1: "N"}},
+        input_hints={"prediction": {"kind": "uniform", "range": [0.0, 1.0],
+                                    "note": "decoded YOLOv5 output: xywh, objectness, 80 class scores"}},
+        description="YOLOv5 pre-NMS candidate table (B, 25,200, 6): conf = obj × cls, max and argmax over 80 "
+        "classes, xywh → xyxy, concat, zeroed below 0.25 — reductions feeding elementwise consumers.",
+        source="ultralytics/yolov5 utils/general.py non_max_suppression (before NMS)",
+    ),
     # ----------------------------------------------------------------------------- slice-assignment set
     Spec(
         name="offset2bbox_inplace",

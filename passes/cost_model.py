@@ -37,7 +37,9 @@ from evonnx.passes.analyze import Analysis
 log = logging.getLogger(__name__)
 
 NOMINAL_SIZE = 1024
-SPECIAL = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "pow", "sqrt", "div"}
+# Calls into libm (or evonnx's own exp): priced like the micro-benchmark's expf. Division and sqrt are single
+# (vectorisable) instructions and count as simple operations.
+SPECIAL = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "pow"}
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,14 @@ def _numel(shape: tuple[Poly, ...] | None, env: Mapping[str, int]) -> float:
     return n
 
 
-def _op_counts(e: E.Expr, env: Mapping[str, int]) -> tuple[float, float]:
+def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> tuple[float, float]:
+    """(simple, special) operations per element of `e`. A reduction that does not depend on the innermost loop
+    variable `inner` is computed once per row (code generation hoists it), so it is amortised over the row."""
     simple = special = 0.0
+    row = 1.0
+    if inner is not None:
+        row = max(float(evaluate(inner.extent, env)), 1.0)  # type: ignore[attr-defined]
+    fv: dict = {}
     for x in E.walk(e):
         if isinstance(x, E.Op):
             if x.attr == "guard" or all(isinstance(a, (E.IndexVal, E.Const)) for a in x.args):
@@ -96,8 +104,9 @@ def _op_counts(e: E.Expr, env: Mapping[str, int]) -> tuple[float, float]:
             a = x.var.atom()
             ext = float(evaluate(a.extent, env)) if a is not None else 1.0  # type: ignore[union-attr]
             bs, bsp = _op_counts(x.body, env)
-            simple += ext * (bs + 1)
-            special += ext * bsp
+            per_row = 1.0 / row if inner is not None and inner not in E.free_vars(x, fv) else 1.0
+            simple += ext * (bs + 1) * per_row
+            special += ext * bsp * per_row
     return simple, special
 
 
@@ -114,8 +123,9 @@ def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None
         if isinstance(lowered, list) and lowered:
             lz = lowered[0]
             idx = tuple(var(f"_c{k}", d) for k, d in enumerate(lz.shape))
+            inner = next((p.atom() for p in reversed(idx) if p.atom() is not None), None)
             try:
-                st.ops[node.name] = _op_counts(lz.fn(idx), {**env, **{f"_c{k}": 0 for k in range(len(idx))}})
+                st.ops[node.name] = _op_counts(lz.fn(idx), {**env, **{f"_c{k}": 0 for k in range(len(idx))}}, inner)
             except (KeyError, ZeroDivisionError):
                 st.ops[node.name] = (1.0, 0.0)
             out = lz.shape
