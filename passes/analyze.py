@@ -151,8 +151,10 @@ def analyze(graph: gs.Graph, opset: int) -> Analysis:
     for t in graph.tensors().values():
         if isinstance(t, gs.Constant) and t.name not in an.tensors:
             arr = np.asarray(t.values)
+            known = known_from_array(arr)
+            grid = L.affine_constant(arr) if known is None and arr.dtype == np.int64 else None
             an.tensors[t.name] = TensorInfo(t.name, _np_name(arr.dtype), tuple(Poly.of(int(d)) for d in arr.shape),
-                                            known_from_array(arr))
+                                            known, Derived(grid) if grid is not None else None)
     for node in graph.nodes:
         _analyze_node(node, an, syms, opset)
     return an

@@ -122,6 +122,9 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
         # an arithmetic progression (e.g. the columns 0, 2 of a `[:, 0::2]` write) is an index expression
         start, step = int(flat[0]), int(steps[0])
         return Lazy(dtype, shape, lambda idx: index_val(start + _flat(idx, shape) * step))
+    grid = affine_constant(arr) if dtype == "int64" else None
+    if grid is not None:
+        return grid
     table = ValueTable(f"tab{next(_table_ids)}", dtype, values)
 
     def fn(idx: Index) -> Expr:
@@ -131,6 +134,51 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
         return TableLoad(table, pos, dtype)
 
     return Lazy(dtype, shape, fn)
+
+
+def affine_constant(array: np.ndarray) -> Lazy | None:
+    """An integer constant whose every slice along the last axis is affine in the other indices (the index grids
+    of static-shape slice-assignment exports, e.g. ScatterND indices [[i, 2*j] ...]) as index expressions, or None.
+    Checked exactly against the array, whatever its size."""
+    a = np.asarray(array)
+    if a.dtype != np.int64 or a.ndim < 1 or a.size == 0:
+        return None
+    lead = a.shape[:-1]
+    fits: list[tuple[int, list[int]]] = []
+    for j in range(a.shape[-1]):
+        sub = a[..., j]
+        base = int(sub[(0,) * len(lead)]) if lead else int(sub)
+        coeffs = []
+        grid = np.full(lead, base, dtype=np.int64)
+        for k, n in enumerate(lead):
+            step = 0
+            if n > 1:
+                at = [0] * len(lead)
+                at[k] = 1
+                step = int(sub[tuple(at)]) - base
+            coeffs.append(step)
+            shape_k = [1] * len(lead)
+            shape_k[k] = n
+            grid = grid + step * np.arange(n, dtype=np.int64).reshape(shape_k)
+        if not np.array_equal(grid, sub):
+            return None
+        fits.append((base, coeffs))
+    shape = tuple(Poly.of(int(d)) for d in a.shape)
+
+    def fn(idx: Index) -> Expr:
+        def value(j: int) -> Expr:
+            base, coeffs = fits[j]
+            return index_val(base + sum((c * i for c, i in zip(coeffs, idx[:-1])), Poly()))
+
+        last = idx[-1]
+        if last.const is not None:
+            return value(last.const) if 0 <= last.const < len(fits) else const(0, "int64")
+        out = value(len(fits) - 1)
+        for j in range(len(fits) - 2, -1, -1):
+            out = where(binary("eq", IndexVal(last), IndexVal(Poly.of(j))), value(j), out)
+        return out
+
+    return Lazy("int64", shape, fn)
 
 
 def known(elements: Sequence[Expr], shape: Sequence[int], dtype: str) -> Lazy:
