@@ -5,8 +5,7 @@
 """
 
 from evonnx.api import OptimizeResult, library_path, load_session, optimize
-from evonnx.errors import (BuildError, EvonnxError, InternalError, InvalidModelError, UnsupportedError,
-                           VerificationError)
+from evonnx.errors import BuildError, EvonnxError, InternalError, InvalidModelError, UnsupportedError, VerificationError
 
 __version__ = "0.1.0"
 

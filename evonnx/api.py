@@ -89,8 +89,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
 
     `planner` is "search" (cost-model search, the default) or "greedy". `report` names a JSON file for the
     machine-readable report (see README). `target` "cuda" or "both" adds CUDA kernels (needs nvcc) for
-    onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless the optimized model reproduces
-    onnxruntime's outputs on the original.
+    onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless
+    the optimized model reproduces onnxruntime's outputs on the original.
     """
     import onnx_graphsurgeon as gs
 

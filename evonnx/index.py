@@ -283,16 +283,22 @@ def _atom_bounds(a: Atom, depth: int) -> tuple[Bound, Bound]:
     if isinstance(a, Lookup):
         return Poly.of(min(a.table.values)), Poly.of(max(a.table.values))
     if isinstance(a, Mod):
-        return Poly(), a.den - 1
+        d = a.den.const
+        if d is not None and d < 0:
+            return a.den + 1, Poly()  # floor modulo takes the divisor's sign
+        if d is not None or is_nonneg(a.den - 1, depth):
+            return Poly(), a.den - 1
+        return None, None
     if isinstance(a, FloorDiv):
         lo, hi = bounds(a.num, depth)
+        nonneg = lo is not None and is_nonneg(lo, depth)
         d = a.den.const
         if d is not None and d > 0:
-            lo = Poly.of(lo.const // d) if lo is not None and lo.const is not None else (
-                Poly() if lo is not None and is_nonneg(lo, depth) else None)
-            hi = Poly.of(hi.const // d) if hi is not None and hi.const is not None else hi
-            return lo, hi
-        if lo is not None and is_nonneg(lo, depth):
+            qlo = Poly.of(lo.const // d) if lo is not None and lo.const is not None else (Poly() if nonneg else None)
+            # a symbolic bound of the numerator bounds the quotient only when the numerator is >= 0
+            qhi = Poly.of(hi.const // d) if hi is not None and hi.const is not None else (hi if nonneg else None)
+            return qlo, qhi
+        if d is None and nonneg and is_nonneg(a.den - 1, depth):
             return Poly(), hi
         return None, None
     if isinstance(a, Min):

@@ -119,7 +119,11 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    ref_sess = ort.InferenceSession(original.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    try:
+        ref_sess = ort.InferenceSession(original.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
+        raise VerificationError(f"cannot check: onnxruntime cannot load the original model "
+                                f"({str(e).splitlines()[0]})") from e
     so2 = ort.SessionOptions()
     so2.log_severity_level = 3
     so2.register_custom_ops_library(str(library))

@@ -15,12 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from evonnx.expr import (COMPARE, ONNX_CODE, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad, ValueTable,
-                         free_vars, substitute, walk)
+from evonnx.expr import (
+    COMPARE,
+    ONNX_CODE,
+    Const,
+    Expr,
+    IndexVal,
+    Load,
+    Op,
+    Reduce,
+    TableLoad,
+    ValueTable,
+    free_vars,
+    substitute,
+    walk,
+)
 from evonnx.index import Atom, FloorDiv, Lookup, Mod, Poly, Sym, Table, Var, floordiv, is_le, subs, var
+from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
-from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 
 _TEMPLATES = Path(__file__).with_name("templates")
 MAX_UNROLL = 8
@@ -267,7 +280,7 @@ def _odometer(outer_ext: Sequence[Poly], names: Names) -> tuple[str, str]:
     un = []
     for k in range(n - 1, -1, -1):
         if k == 0:
-            un.append(f"    int64_t o0 = row;")
+            un.append("    int64_t o0 = row;")
         else:
             d = print_poly(outer_ext[k], names)
             un.append(f"    int64_t o{k} = row % {d};\n    row /= {d};")

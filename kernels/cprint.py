@@ -38,6 +38,12 @@ class Names:
         self.syms = syms
         self.tables = tables  # index.Table and expr.ValueTable objects -> C array names
         self.index_type = index_type
+        self._loops = 0
+
+    def fresh_loop(self) -> str:
+        """A C name for one printed reduction loop, never reused (a reduction printed twice gets two)."""
+        self._loops += 1
+        return f"r{self._loops}"
 
     def int_literal(self, c: int) -> str:
         if self.index_type is None:
@@ -94,7 +100,7 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     """A reduction as a GNU statement expression (gcc and nvcc both accept it) with its own loop variable."""
     v = e.var.atom()
     assert isinstance(v, Var)
-    r = f"r{len(names.vars)}"
+    r = names.fresh_loop()
     names.vars[v] = r
     ext = print_poly(v.extent, names)
     t = CTYPE[e.body.dtype]

@@ -31,8 +31,8 @@ import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
 from evonnx.index import Poly, evaluate, var
-from evonnx.paths import cache_dir
 from evonnx.passes.analyze import Analysis
+from evonnx.paths import cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evonnx.expr import Const, Expr, IndexVal, Load, TableLoad, ValueTable, binary, const, guarded_where, index_val, where
+from evonnx.expr import (
+    Const,
+    Expr,
+    IndexVal,
+    Load,
+    TableLoad,
+    ValueTable,
+    binary,
+    const,
+    guarded_where,
+    index_val,
+    where,
+)
 from evonnx.index import Poly, PolyLike, Table, floordiv, lookup, mod, product, var
 from evonnx.view import View
 
@@ -113,6 +125,9 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
     arr = np.array(array, order="C")
     shape = tuple(Poly.of(int(d)) for d in arr.shape)
     flat = arr.reshape(-1)
+    if flat.size == 0:
+        zero = const(0, dtype)  # no element is ever read
+        return Lazy(dtype, shape, lambda idx: zero)
     if flat.size == 1:
         c = const(flat[0], dtype)
         return Lazy(dtype, shape, lambda idx: c)
@@ -185,6 +200,9 @@ def known(elements: Sequence[Expr], shape: Sequence[int], dtype: str) -> Lazy:
     """A small tensor whose elements are known expressions (constants or index values such as sizes)."""
     elems = tuple(elements)
     dims = tuple(Poly.of(d) for d in shape)
+    if not elems:
+        zero = const(0, dtype)  # an empty tensor: no element is ever read
+        return Lazy(dtype, dims, lambda idx: zero)
     if all(isinstance(e, Const) for e in elems) and len(elems) > 1:
         return constant(np.array([e.value for e in elems]).reshape(shape), dtype)  # type: ignore[union-attr]
 

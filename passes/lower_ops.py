@@ -163,8 +163,8 @@ def _variadic(name: str) -> Callable[..., list[Lazy]]:
             out = es[0]
             for e in es[1:]:
                 out = E.binary("add" if name in ("sum", "mean") else name, out, e)
-            if name == "mean":
-                out = E.binary("div", out, E.const(len(es), out.dtype))
+            if name == "mean":  # as onnxruntime: the sum times the reciprocal (not a division), bit for bit
+                out = E.binary("mul", out, E.const(np.asarray(1, E.np_dtype(out.dtype)) / len(es), out.dtype))
             return out
         if name == "mean" and xs[0].dtype not in E.FLOATS:
             raise Reject("Mean of integers is not supported")
@@ -567,7 +567,7 @@ def _affine_grid(es: Sequence[Expr], pvars: Sequence[Poly], what: str) -> list[t
             raise Reject(f"{what} indices are not an injective affine grid")
         used.add(vs[0])
         out.append((Poly.of(vs[0]), rest, c.const))
-    for a, pv in zip(atoms, pvars):
+    for a in atoms:
         if a is not None and a not in used:
             raise Reject(f"{what} writes some positions more than once (duplicate indices)")
     return out

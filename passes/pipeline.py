@@ -17,7 +17,7 @@ from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import reset_names
 from evonnx.passes.lower_groups import lower_groups
 from evonnx.passes.plan_fusion import plan_fusion
-from evonnx.passes.plan_search import SearchConfig, plan_search
+from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
 from evonnx.passes.rewrite import rewrite
 from evonnx.records import FusionPlan, KernelSpec
 
@@ -40,7 +40,7 @@ class PipelineResult:
 
 
 def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
-                 cost_model: CostModel | None = None, cfg: SearchConfig = SearchConfig()) -> PipelineResult:
+                 cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH) -> PipelineResult:
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     reset_names()

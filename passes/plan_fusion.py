@@ -29,6 +29,9 @@ class Config:
     max_group: int = MAX_GROUP
 
 
+DEFAULT_CONFIG = Config()
+
+
 class _Graph:
     """Node-index adjacency of a graphsurgeon graph, with the data/value edge distinction."""
 
@@ -75,7 +78,7 @@ def _creates_cycle(gr: _Graph, group: set[int]) -> bool:
     return False
 
 
-def plan_fusion(g: gs.Graph, an: Analysis, deps: DepInfo, *, cfg: Config = Config()) -> FusionPlan:
+def plan_fusion(g: gs.Graph, an: Analysis, deps: DepInfo, *, cfg: Config = DEFAULT_CONFIG) -> FusionPlan:
     """Greedy, as TVM's FuseOps does it: each node joins the groups of its fusible producers in topological order
     when no cycle results; reductions are sinks (their consumers do not join them)."""
     gr = _Graph(g, an)

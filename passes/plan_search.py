@@ -33,6 +33,9 @@ class SearchConfig(Config):
     beam: int = 4
 
 
+DEFAULT_SEARCH = SearchConfig()
+
+
 class _Costing:
     """Costs of node sets under the model, memoised by member set."""
 
@@ -173,7 +176,7 @@ def _components(gr: _Graph) -> list[list[int]]:
 
 
 def plan_search(g: gs.Graph, an: Analysis, deps: DepInfo, st: NodeStats, cm: CostModel, *,
-                cfg: SearchConfig = SearchConfig()) -> FusionPlan:
+                cfg: SearchConfig = DEFAULT_SEARCH) -> FusionPlan:
     gr = _Graph(g, an)
     costing = _Costing(g, an, gr, st, cm)
     desc, anc = _bitsets(gr)

@@ -1,0 +1,164 @@
+"""The `evonnx` command line: bad input fails with one line naming the problem and writes nothing; the happy path
+writes the model and its library and says what it did."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from evonnx.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_MODEL = ROOT / "models" / "gen_base_anchors.onnx"  # 39 nodes, static shapes
+
+
+def _model(opset: int = 17, nodes: list[onnx.NodeProto] | None = None, domain_opsets: dict[str, int] | None = None
+           ) -> onnx.ModelProto:
+    nodes = nodes if nodes is not None else [helper.make_node("Neg", ["x"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                          initializer=[numpy_helper.from_array(np.ones((2, 3), np.float32), "one")])
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domain_opsets or {}).items()]
+    return helper.make_model(g, opset_imports=imports, ir_version=8)
+
+
+def _write(path: Path, model: onnx.ModelProto) -> Path:
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _listing(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+BadInput = Callable[[Path], tuple[Path, str]]
+
+
+def _missing(d: Path) -> tuple[Path, str]:
+    return d / "nope.onnx", "no such file"
+
+
+def _truncated(d: Path) -> tuple[Path, str]:
+    p = d / "truncated.onnx"
+    p.write_bytes(SMALL_MODEL.read_bytes()[:100])
+    return p, "not a readable ONNX model"
+
+
+def _random_bytes(d: Path) -> tuple[Path, str]:
+    p = d / "random.onnx"
+    p.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    return p, "not a readable ONNX model"
+
+
+def _undefined_input(d: Path) -> tuple[Path, str]:
+    model = _model(nodes=[helper.make_node("Add", ["x", "ghost"], ["y"])])
+    return _write(d / "undefined.onnx", model), "fails the ONNX checker"
+
+
+def _opset11(d: Path) -> tuple[Path, str]:
+    return _write(d / "opset11.onnx", _model(opset=11)), "opset 11"
+
+
+def _opset22(d: Path) -> tuple[Path, str]:
+    return _write(d / "opset22.onnx", _model(opset=22)), "opset 22"
+
+
+def _already_optimized(d: Path) -> tuple[Path, str]:
+    fused = helper.make_node("Fused", ["x"], ["y"], name="evo0_deadbeef", domain="ai.evonnx", kernel="evo0_deadbeef")
+    return _write(d / "optimized.onnx", _model(nodes=[fused], domain_opsets={"ai.evonnx": 1})), "already optimized"
+
+
+def _not_a_file(d: Path) -> tuple[Path, str]:
+    (d / "folder.onnx").mkdir()
+    return d / "folder.onnx", "not a file"
+
+
+BAD_INPUTS = [_missing, _truncated, _random_bytes, _undefined_input, _opset11, _opset22, _already_optimized,
+              _not_a_file]
+
+
+@pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda f: f.__name__.strip("_"))
+def test_cli_optimize_bad_input_fails_with_one_line_and_writes_nothing(bad: BadInput, tmp_path: Path) -> None:
+    src_dir, out_dir = tmp_path / "src", tmp_path / "out"
+    src_dir.mkdir()
+    out_dir.mkdir()
+    src, problem = bad(src_dir)
+    before_src, before_out = _listing(src_dir), _listing(out_dir)
+    result = CliRunner().invoke(main, ["optimize", str(src), "-o", str(out_dir / "model.opt.onnx")])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("evonnx: error: ") and problem in lines[0], lines[0]
+    assert result.stdout == ""
+    assert _listing(out_dir) == before_out == set()
+    assert _listing(src_dir) == before_src
+
+
+@pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda f: f.__name__.strip("_"))
+def test_cli_explain_bad_input_fails_with_one_line(bad: BadInput, tmp_path: Path) -> None:
+    src, problem = bad(tmp_path)
+    result = CliRunner().invoke(main, ["explain", str(src)])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and problem in lines[0], result.stderr
+
+
+def test_cli_optimize_missing_output_folder_writes_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["optimize", str(SMALL_MODEL), "-o", str(tmp_path / "no" / "x.onnx")])
+    assert result.exit_code == 1
+    assert "output folder does not exist" in result.stderr
+    assert _listing(tmp_path) == set()
+
+
+def test_cli_optimize_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    src = tmp_path / "m.onnx"
+    src.write_bytes(SMALL_MODEL.read_bytes())
+    result = CliRunner().invoke(main, ["optimize", str(src), "-o", str(src)])
+    assert result.exit_code == 1 and "overwrite" in result.stderr
+    assert src.read_bytes() == SMALL_MODEL.read_bytes() and _listing(tmp_path) == {"m.onnx"}
+
+
+@pytest.mark.parametrize("args", [["--dim", "B"], ["--dim", "B=two"], ["--input-shape", "x=1,a"]])
+def test_cli_optimize_malformed_option_is_a_usage_error(args: list[str], tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["optimize", str(SMALL_MODEL), "-o", str(tmp_path / "x.onnx"), *args])
+    assert result.exit_code == 2
+    assert args[0] in result.stderr
+    assert _listing(tmp_path) == set()
+
+
+@pytest.mark.compiler
+def test_cli_optimize_subprocess_happy_path(tmp_path: Path) -> None:
+    out = tmp_path / "anchors.opt.onnx"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "evonnx", "optimize", str(SMALL_MODEL), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    before = len(onnx.load(str(SMALL_MODEL)).graph.node)
+    assert re.search(rf"\b{before} nodes -> 1 \(1 fused kernels\b", proc.stdout), proc.stdout
+    assert "check: passed" in proc.stdout
+    assert out.is_file() and (tmp_path / "anchors.opt.evonnx.so").is_file()
+    assert _listing(tmp_path) == {"anchors.opt.onnx", "anchors.opt.evonnx.so"}  # no temp files left
+    assert any(n.domain == "ai.evonnx" for n in onnx.load(str(out)).graph.node)
+
+
+def test_cli_explain_gives_a_verdict_per_node() -> None:
+    result = CliRunner().invoke(main, ["explain", str(SMALL_MODEL)])
+    assert result.exit_code == 0, result.output
+    model = onnx.load(str(SMALL_MODEL))
+    lines = result.stdout.splitlines()
+    for n in model.graph.node:
+        verdicts = [ln for ln in lines if ln.strip().startswith(f"{n.name} ({n.op_type}): ")]
+        assert len(verdicts) == 1, n.name
+        assert re.search(r": (fused into evo\d+_[0-9a-f]{8}|left to onnxruntime: .+|dropped: .+)$", verdicts[0])
+    assert any("fused into" in ln for ln in lines)
+    assert any(ln.startswith("kernel evo") for ln in lines)
