@@ -32,9 +32,9 @@ from benchmarks.inputs import make_inputs  # noqa: E402
 from evonnx.api import library_path  # noqa: E402
 from evonnx.model import load_model  # noqa: E402
 from evonnx.passes.cost_model import calibrate, node_stats  # noqa: E402
+from evonnx.passes.pipeline import run_pipeline  # noqa: E402
 from evonnx.passes.plan_fusion import _Graph, finish_plan  # noqa: E402
 from evonnx.passes.plan_search import _Costing  # noqa: E402
-from evonnx.passes.pipeline import run_pipeline  # noqa: E402
 
 
 def _manifest() -> dict[str, dict]:
