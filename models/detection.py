@@ -398,6 +398,14 @@ class ScoreFilter(nn.Module):
         return out * keep
 
 
+class EmbeddingNormalize(nn.Module):
+    """JDE (Towards Real-Time MOT) ``YOLOLayer`` at inference: the identity-embedding map of one level,
+    channels-last, L2-normalised per location (``F.normalize(p_emb.permute(0, 2, 3, 1), dim=-1)``)."""
+
+    def forward(self, emb: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(emb.permute(0, 2, 3, 1).contiguous(), dim=-1)
+
+
 class DetrPostProcess(nn.Module):
     """facebookresearch/detr ``models/detr.py PostProcess``: softmax over classes, best non-background class per
     query (max + argmax), boxes cxcywh → xyxy scaled to each image's size."""

@@ -290,6 +290,18 @@ SPECS: tuple[Spec, ...] = (
         source="mmdet SingleRoIExtractor.map_roi_levels (EasyView map_roi_levels hotspot)",
     ),
     Spec(
+        name="embedding_normalize",
+        make_module=det.EmbeddingNormalize,
+        make_inputs=lambda g, d: {"emb": torch.randn(1, 512, d["H"], d["W"], generator=g)},
+        cases=({"H": 38, "W": 68}, {"H": 19, "W": 34}),
+        output_names=("embeddings",),
+        dynamic_axes={"emb": {2: "H", 3: "W"}, "embeddings": {1: "H", 2: "W"}},
+        input_hints={"emb": HINT_NORMAL},
+        description="JDE identity embeddings of one level (512 channels, 38×68 for a 608×1088 input), permuted "
+        "to channels-last and L2-normalised per location — a reduction feeding an elementwise consumer.",
+        source="Zhongdao/Towards-Realtime-MOT models.py YOLOLayer (F.normalize of p_emb)",
+    ),
+    Spec(
         name="detr_postprocess",
         make_module=det.DetrPostProcess,
         make_inputs=lambda g, d: {

@@ -48,18 +48,25 @@ class CostModel:
     kernel_us: float = 1.5  # a Fused node: dispatch, shape checks, task setup
     ns_per_byte: float = 0.08  # streaming memory traffic
     ns_per_op: float = 0.25  # one simple operation on one element
-    ns_per_special: float = 2.5  # exp, log, sigmoid, division, ... on one element
+    ns_per_special: float = 2.5  # exp, log, sigmoid, ... on one element
+    ns_per_reduce_step: float = 0.5  # one step of a fused reduction: a scalar dependent chain (not vectorised)
     source: str = "defaults"
 
-    def node_us(self, bytes_: float, elements: float, ops: tuple[float, float]) -> float:
-        return self.ort_node_us + self._work(bytes_, elements, ops)
+    def node_us(self, bytes_: float, elements: float, ops: Ops) -> float:
+        """onnxruntime running one node: its reductions are vectorised, so their steps cost simple operations."""
+        return self.ort_node_us + self.roofline(bytes_, elements * (
+            (ops[0] + ops[2]) * self.ns_per_op + ops[1] * self.ns_per_special))
 
-    def _work(self, bytes_: float, elements: float, ops: tuple[float, float]) -> float:
-        return self.roofline(bytes_, elements * (ops[0] * self.ns_per_op + ops[1] * self.ns_per_special))
+    def fused_ns(self, elements: float, ops: Ops) -> float:
+        """Arithmetic of `elements` elements of a node inside a generated kernel."""
+        return elements * (ops[0] * self.ns_per_op + ops[1] * self.ns_per_special + ops[2] * self.ns_per_reduce_step)
 
     def roofline(self, bytes_: float, compute_ns: float) -> float:
         """µs for a streaming loop: memory traffic and arithmetic overlap, so the slower one bounds it."""
         return max(bytes_ * self.ns_per_byte, compute_ns) / 1e3
+
+
+Ops = tuple[float, float, float]  # per element: simple operations, special functions, reduction steps
 
 
 @dataclass
@@ -68,7 +75,7 @@ class NodeStats:
 
     numel: dict[str, float] = field(default_factory=dict)  # tensor -> elements
     nbytes: dict[str, float] = field(default_factory=dict)  # tensor -> bytes
-    ops: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> (simple, special) per element
+    ops: dict[str, Ops] = field(default_factory=dict)  # node -> (simple, special, reduction steps) per element
     row_broadcast: dict[tuple[str, str], bool] = field(default_factory=dict)  # (consumer, input) read per row
 
 
@@ -84,10 +91,10 @@ def _numel(shape: tuple[Poly, ...] | None, env: Mapping[str, int]) -> float:
     return n
 
 
-def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> tuple[float, float]:
-    """(simple, special) operations per element of `e`. A reduction that does not depend on the innermost loop
-    variable `inner` is computed once per row (code generation hoists it), so it is amortised over the row."""
-    simple = special = 0.0
+def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> Ops:
+    """(simple, special, reduction steps) per element of `e`. A reduction that does not depend on the innermost
+    loop variable `inner` is computed once per row (code generation hoists it), so it is amortised over the row."""
+    simple = special = steps = 0.0
     row = 1.0
     if inner is not None:
         row = max(float(evaluate(inner.extent, env)), 1.0)  # type: ignore[attr-defined]
@@ -103,11 +110,12 @@ def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> tuple
         elif isinstance(x, E.Reduce):
             a = x.var.atom()
             ext = float(evaluate(a.extent, env)) if a is not None else 1.0  # type: ignore[union-attr]
-            bs, bsp = _op_counts(x.body, env)
+            bs, bsp, bst = _op_counts(x.body, env)
             per_row = 1.0 / row if inner is not None and inner not in E.free_vars(x, fv) else 1.0
-            simple += ext * (bs + 1) * per_row
+            simple += ext * bs * per_row
             special += ext * bsp * per_row
-    return simple, special
+            steps += ext * (bst + 1) * per_row
+    return simple, special, steps
 
 
 def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None) -> NodeStats:
@@ -127,7 +135,7 @@ def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None
             try:
                 st.ops[node.name] = _op_counts(lz.fn(idx), {**env, **{f"_c{k}": 0 for k in range(len(idx))}}, inner)
             except (KeyError, ZeroDivisionError):
-                st.ops[node.name] = (1.0, 0.0)
+                st.ops[node.name] = (1.0, 0.0, 0.0)
             out = lz.shape
             for t in node.inputs:
                 info = an.tensors.get(t.name) if t.name else None
@@ -135,14 +143,14 @@ def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None
                         info.shape[-1].const == 1 and out[-1].const != 1 and info.shape[:-1] == out[:-1]):
                     st.row_broadcast[(node.name, t.name)] = True
         else:
-            st.ops[node.name] = (1.0, 0.0)
+            st.ops[node.name] = (1.0, 0.0, 0.0)
     return st
 
 
 def _cache_file() -> str:
     import onnxruntime as ort
 
-    key = f"{platform.machine()}-{platform.processor() or 'cpu'}-{os.cpu_count()}-ort{ort.__version__}"
+    key = f"v2-{platform.machine()}-{platform.processor() or 'cpu'}-{os.cpu_count()}-ort{ort.__version__}"
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
     return str(cache_dir() / f"cost-model-{safe}.json")
 
@@ -166,7 +174,7 @@ static float a[N], b[N], c[N];
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
 int main(void) {
     for (int i = 0; i < N; ++i) { a[i] = (float)i * 1e-3f; b[i] = 1.0001f; }
-    double best_simple = 1e300, best_exp = 1e300;
+    double best_simple = 1e300, best_exp = 1e300, best_red = 1e300;
     for (int rep = 0; rep < 7; ++rep) {
         double t = now();
         for (int r = 0; r < 400; ++r) {
@@ -182,16 +190,24 @@ int main(void) {
         }
         t = now() - t;
         if (t < best_exp) best_exp = t;
+        t = now();
+        float m = -1e30f;
+        for (int r = 0; r < 400; ++r) {
+            for (int i = 0; i < N; ++i) m = m < a[i] ? a[i] : m;  /* a reduction step, as kernels emit it */
+            a[r % N] += m * 1e-30f;
+        }
+        t = now() - t;
+        if (t < best_red) best_red = t;
     }
-    printf("%.6f %.6f\n", best_simple / (400.0 * N * 6), best_exp / (80.0 * N));
+    printf("%.6f %.6f %.6f\n", best_simple / (400.0 * N * 6), best_exp / (80.0 * N), best_red / (400.0 * N));
     return 0;
 }
 """
 
 
-def _kernel_speeds() -> tuple[float, float]:
-    """ns per simple operation and per exp in a loop built like the generated kernels (same compiler, same
-    flags); numpy's speeds when no compiler is found (they include memory traffic, so they overestimate)."""
+def _kernel_speeds() -> tuple[float, float, float]:
+    """ns per simple operation, per exp and per reduction step in loops built like the generated kernels (same
+    compiler, same flags); numpy's speeds when no compiler is found (they include memory traffic)."""
     import subprocess
     import tempfile
 
@@ -207,13 +223,13 @@ def _kernel_speeds() -> tuple[float, float]:
             try:
                 subprocess.run([cc, *flags, src, "-o", exe, "-lm"], check=True, capture_output=True, timeout=60)
                 out = subprocess.run([exe], check=True, capture_output=True, text=True, timeout=60).stdout.split()
-                return float(out[0]), float(out[1])
+                return float(out[0]), float(out[1]), float(out[2])
             except (subprocess.SubprocessError, OSError, ValueError, IndexError) as e:
                 log.warning("cost-model micro-benchmark failed (%s); using numpy's speeds", e)
     small = np.ones(1 << 14, np.float32)
     out_ = np.empty_like(small)
-    return (_median_us(lambda: np.add(small, small, out=out_), 300) * 1e3 / small.size,
-            _median_us(lambda: np.exp(small, out=out_), 300) * 1e3 / small.size)
+    add = _median_us(lambda: np.add(small, small, out=out_), 300) * 1e3 / small.size
+    return add, _median_us(lambda: np.exp(small, out=out_), 300) * 1e3 / small.size, 4 * add
 
 
 def calibrate(*, use_cache: bool = True) -> CostModel:
@@ -241,7 +257,7 @@ def calibrate(*, use_cache: bool = True) -> CostModel:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
-    simple_ns, special_ns = _kernel_speeds()
+    simple_ns, special_ns, reduce_ns = _kernel_speeds()
     x = np.zeros((1, 16), np.float32)
     s1, s17 = chain(1), chain(17)
     for s in (s1, s17):
@@ -254,7 +270,8 @@ def calibrate(*, use_cache: bool = True) -> CostModel:
     copy_us = _median_us(lambda: np.copyto(dst, big), 30)
     model = CostModel(ort_node_us=round(node_us, 3), kernel_us=round(node_us * 1.5, 3),
                       ns_per_byte=round(copy_us * 1e3 / (2 * big.nbytes), 4), ns_per_op=round(simple_ns, 4),
-                      ns_per_special=round(special_ns, 4), source="calibrated")
+                      ns_per_special=round(special_ns, 4), ns_per_reduce_step=round(reduce_ns, 4),
+                      source="calibrated")
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"

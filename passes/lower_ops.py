@@ -444,13 +444,19 @@ def _reduce_axes(op: str, attrs: dict, args: list, vals: list, rank: int) -> lis
     return sorted({_axis(a, rank, op) for a in axes})
 
 
+# ReduceL1/L2/SumSquare/LogSum/LogSumExp: a sum of a transformed element, then a final transform (spec formulas)
+_SUM_OF = {"l1": "abs", "l2": "square", "sumsquare": "square", "logsum": None, "logsumexp": None}
+
+
 def _reducer(kind: str) -> Callable[..., list[Lazy]]:
     def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
         x = args[0]
         axes = _reduce_axes(op, attrs, args, vals, x.rank)
-        if axes is None:
+        if axes is None and kind not in _SUM_OF:
             return [x]
-        if kind in ("mean",) and x.dtype not in E.FLOATS:
+        if axes is None:
+            axes = []  # noop_with_empty_axes: the transforms still apply to every element
+        if kind in ("mean", "l2", "logsum", "logsumexp") and x.dtype not in E.FLOATS:
             raise Reject(f"{op} of integers is not supported")
         keep = int(attrs.get("keepdims", 1))
         for a in axes:
@@ -472,16 +478,37 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
                     full.append(v)
                 else:
                     full.append(next(it))
-            out = x.fn(tuple(full))
-            for v in reversed(rvars):
-                if v.atom() is not None:
-                    out = E.Reduce("sum" if kind == "mean" else kind, v, out, x.dtype)
+            def reduce(body: Expr, how: str, over: list[Poly] = rvars) -> Expr:
+                for v in reversed(over):
+                    if v.atom() is not None:
+                        body = E.Reduce(how, v, body, x.dtype)
+                return body
+
+            elem = x.fn(tuple(full))
+            if kind == "logsumexp":
+                # max-shifted like onnxruntime, so that large inputs do not overflow
+                full2, rvars2 = _fresh_copy(full, rvars)
+                m = reduce(x.fn(full2), "max", rvars2) if rvars else elem
+                return E.binary("add", E.unary("log", reduce(E.unary("exp", E.binary("sub", elem, m)), "sum")), m)
+            if kind in _SUM_OF:
+                pre = _SUM_OF[kind]
+                body = E.binary("mul", elem, elem) if pre == "square" else E.unary(pre, elem) if pre else elem
+                s = reduce(body, "sum")
+                return E.unary("sqrt", s) if kind == "l2" else E.unary("log", s) if kind == "logsum" else s
+            out = reduce(elem, "sum" if kind == "mean" else kind)
             if kind == "mean":
                 out = E.binary("div", out, E.cast(E.index_val(count), x.dtype))
             return out
 
         return [Lazy(x.dtype, shape, fn)]
     return f
+
+
+def _fresh_copy(full: list[Poly], rvars: list[Poly]) -> tuple[tuple[Poly, ...], list[Poly]]:
+    """`full` with each reduction variable replaced by a new one, and the new ones (a second, independent
+    reduction over the same axes)."""
+    swap = {v: L.fresh_var(v.atom().extent) for v in rvars if v.atom() is not None}  # type: ignore[union-attr]
+    return tuple(swap.get(p, p) for p in full), [swap.get(v, v) for v in rvars]
 
 
 def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
@@ -694,7 +721,9 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
     "ConstantOfShape": _constant_of_shape, "Range": _range, "ScatterND": _scatter_nd,
     "ScatterElements": _scatter_elements,
     "ReduceSum": _reducer("sum"), "ReduceMean": _reducer("mean"), "ReduceMax": _reducer("max"),
-    "ReduceMin": _reducer("min"), "ReduceProd": _reducer("prod"), "ArgMax": _arg_extreme("argmax"),
+    "ReduceMin": _reducer("min"), "ReduceProd": _reducer("prod"), "ReduceL1": _reducer("l1"),
+    "ReduceL2": _reducer("l2"), "ReduceSumSquare": _reducer("sumsquare"), "ReduceLogSum": _reducer("logsum"),
+    "ReduceLogSumExp": _reducer("logsumexp"), "ArgMax": _arg_extreme("argmax"),
     "ArgMin": _arg_extreme("argmin"), "Softmax": _softmax(False), "LogSoftmax": _softmax(True),
 }
 
@@ -704,13 +733,15 @@ VALUE_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
     "Gather": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Shape": (0,), "Size": (0,),
     "ScatterND": (1,), "ScatterElements": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
-    "ReduceMin": (1,), "ReduceProd": (1,),
+    "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
+    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
 }
 
 # Ops whose output elements each read many input elements (a group that recomputes them per consumer element
 # pays that many times over).
-REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin",
-                        "Softmax", "LogSoftmax"})
+REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin", "Softmax",
+                        "LogSoftmax"})
 
 # Ops that onnxruntime runs without touching the data (aliases); a group made only of these gains nothing.
 FREE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"})

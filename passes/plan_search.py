@@ -73,7 +73,7 @@ class _Costing:
         out = sum(self.st.nbytes.get(t, 0.0) for t in self.out_names[i])
         inp = sum(self.st.nbytes.get(t, 0.0) for t in self.data_inputs[i])
         elems = sum(self.st.numel.get(t, 0.0) for t in self.out_names[i])
-        return self.cm.node_us(inp + out, elems, self.st.ops.get(n.name, (1.0, 0.0)))
+        return self.cm.node_us(inp + out, elems, self.st.ops.get(n.name, (1.0, 0.0, 0.0)))
 
     def _reads(self, c: int, t: str) -> float:
         """Elements of tensor `t` that one element of consumer `c` reads, on average, when fused."""
@@ -110,8 +110,7 @@ class _Costing:
             # demand is the largest consumer's, not their sum
             d = max([d] + [demand.get(c, 0.0) * self._reads(c, t) for c, t in self.consumers[m] if c in members])
             demand[m] = d
-            simple, special = self.st.ops.get(self.gr.nodes[m].name, (1.0, 0.0))
-            work += d * (simple * self.cm.ns_per_op + special * self.cm.ns_per_special)
+            work += self.cm.fused_ns(d, self.st.ops.get(self.gr.nodes[m].name, (1.0, 0.0, 0.0)))
         cost = self.cm.kernel_us + self.cm.roofline(nbytes, work)
         self.cache[members] = cost
         return cost
