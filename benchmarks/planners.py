@@ -181,7 +181,7 @@ def plan_time(nodes: int) -> None:
 
 
 def ranking(names: list[str], variants: int, seed: int) -> None:
-    """Candidate plans per model: search, greedy, no fusion, and random splits of the search plan's groups at a
+    """Candidate plans per model: the search plan, no fusion, and random splits of the search plan's groups at a
     point of their topological order (always legal). Counts the pairs the cost model orders like the timings."""
     man = _manifest()
     rng = random.Random(seed)
