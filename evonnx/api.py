@@ -133,7 +133,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     tmp_lib = Path(tmp_model).with_suffix(".so")
     try:
         onnx.save(out_model, tmp_model)
-        build_model_library(source, tmp_lib, model_name=dst.name, cflags=tuple(cflags), headers=ort_headers,
+        build_model_library(source, tmp_lib, model_name=dst.name, cflags=tuple(cflags),
+                            headers=Path(ort_headers) if ort_headers is not None else None,
                             cuda_source=cuda_source,
                             **({"cuda_archs": tuple(cuda_archs)} if cuda_archs else {}))
         checked = None
@@ -187,6 +188,6 @@ def load_session(path: str | Path, providers: Sequence[str] | None = None, sess_
     lib = library_path(path)
     if not lib.exists():
         raise InvalidModelError(f"{path}: its kernel library {lib} is missing (written by 'evonnx optimize')")
-    so = sess_options if sess_options is not None else ort.SessionOptions()
-    so.register_custom_ops_library(str(lib))  # type: ignore[attr-defined]
+    so = sess_options if isinstance(sess_options, ort.SessionOptions) else ort.SessionOptions()
+    so.register_custom_ops_library(str(lib))
     return ort.InferenceSession(str(path), so, providers=list(providers or ["CPUExecutionProvider"]))

@@ -72,8 +72,8 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
         elif dtype == np.bool_:
             arr = rng.random(shape) < 0.5
         else:
-            info = np.iinfo(dtype)
-            arr = rng.integers(0, min(high, int(info.max)), size=shape).astype(dtype)
+            top = min(int(high), int(np.iinfo(dtype).max))
+            arr = rng.integers(0, top, size=tuple(shape)).astype(dtype)
         feeds[i.name] = arr
     return feeds
 

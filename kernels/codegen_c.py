@@ -51,7 +51,7 @@ def _split_points(e: Expr, vars_: Sequence[Var]) -> dict[Var, set[Poly]]:
     comparisons: list[Op] = []
     for x in walk(e):
         if isinstance(x, Op) and x.op == "where" and isinstance(x.args[0], Op):
-            stack = [x.args[0]]
+            stack: list[Expr] = [x.args[0]]
             while stack:
                 c = stack.pop()
                 if isinstance(c, Op) and c.op == "and":
@@ -66,14 +66,14 @@ def _split_points(e: Expr, vars_: Sequence[Var]) -> dict[Var, set[Poly]]:
         if len(vs) != 1:
             continue
         v = vs[0]
-        c = diff.coefficient(v)
-        if c is None or c.const not in (1, -1):
+        coeff = diff.coefficient(v)
+        if coeff is None or coeff.const not in (1, -1):
             continue
-        rest = diff - Poly.of(v) * c.const
+        rest = diff - Poly.of(v) * coeff.const
         if rest.vars():
             continue
-        point = -rest if c.const == 1 else rest  # where v + rest == 0
-        shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if c.const == 1 else (
+        point = -rest if coeff.const == 1 else rest  # where v + rest == 0
+        shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff.const == 1 else (
             {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
         out.setdefault(v, set()).add(point + shift)
         if cond.op == "eq":
@@ -122,7 +122,8 @@ def _pieces(o: KernelOutput) -> list[_Piece]:
     per_axis: list[list[tuple[Poly, Poly]]] = []
     for k, p in enumerate(o.index):
         v = p.atom()
-        small = o.shape[k].const is not None and o.shape[k].const <= MAX_UNROLL  # unrolled instead
+        n = o.shape[k].const
+        small = n is not None and n <= MAX_UNROLL  # unrolled instead
         if isinstance(v, Var) and v in points and not small:
             per_axis.append(_intervals(v, points[v]))
         else:
@@ -221,13 +222,13 @@ class _Kernel:
         for _, e in roots:
             self.collect_tables(e)
         names = Names(cvars, self.sym_names, self.tables)
-        row_body, body = _body(roots, names, oi, o.dtype, inner.atom() if inner is not None else None)  # type: ignore[arg-type]
+        row_body, body = _body(roots, names, oi, o.dtype, _loop_var(inner) if inner is not None else None)
         fname = f"{self.spec.name}_o{oi}_p{pi}"
         rng = len(self.runs)
         unravel, advance = _odometer(outer_ext, names)
+        looped = [_loop_var(lp) for lp in outer + ([inner] if inner is not None else [])]
         note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges) + "), loops " + " ".join(
-            f"{cvars.get(lp.atom(), 'u')}<{lp.atom().extent}" for lp in outer + ([inner] if inner is not None else [])  # type: ignore[union-attr]
-        ) + (f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
+            f"{cvars[v]}<{v.extent}" for v in looped) + (f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
         self.tasks.append(_template("task.c").substitute(
             kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=_c_comment(note), fname=fname,
             range=rng, bindings=self._bindings(o), inner_extent=print_poly(inner_ext, names), unravel=unravel,
@@ -248,6 +249,12 @@ class _Kernel:
         for s, n in self.sym_names.items():
             lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
         return "\n".join(lines)
+
+
+def _loop_var(p: Poly) -> Var:
+    v = p.atom()
+    assert isinstance(v, Var), p
+    return v
 
 
 def _prod(ps: Sequence[Poly]) -> Poly:
@@ -320,7 +327,7 @@ def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], E
         v, d, q = found
         k = loops.index(Poly.of(v))
         qv, rv = var(f"{v.name}q", q), var(f"{v.name}r", d)
-        m = {v: qv * d + rv}
+        m: dict[Atom, Poly] = {v: qv * d + rv}
         expr, pos = substitute(expr, m), subs(pos, m)
         loops = loops[:k] + [x for x in (qv, rv) if x.atom() is not None] + loops[k + 1:]
     return loops, expr, pos
@@ -411,22 +418,23 @@ def _kernel_source(spec: KernelSpec) -> str:
                             if s in k.sym_names)
     checks = []
     for si, i in enumerate(spec.inputs):
-        for a, d in enumerate(i.shape):
-            if binding.get(d.atom()) == (si, a):  # type: ignore[arg-type]
+        for axis, d in enumerate(i.shape):
+            s = d.atom()
+            if isinstance(s, Sym) and binding.get(s) == (si, axis):
                 continue
             expect = print_poly(d, names)
             checks.append(
-                f"    if (in_dims[{si}][{a}] != {expect}) {{\n"
-                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: input {si} ('{_c_str(i.name)}') dim {a} "
+                f"    if (in_dims[{si}][{axis}] != {expect}) {{\n"
+                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: input {si} ('{_c_str(i.name)}') dim {axis} "
                 f"is %lld, expected %lld ({_c_str(str(d))})\",\n"
-                f"                 (long long)in_dims[{si}][{a}], (long long){expect});\n"
+                f"                 (long long)in_dims[{si}][{axis}], (long long){expect});\n"
                 f"        return 1;\n    }}")
-    for a, b, why in spec.assumptions:
-        pa, pb = print_poly(a, names), print_poly(b, names)
+    for left, right, why in spec.assumptions:
+        pa, pb = print_poly(left, names), print_poly(right, names)
         checks.append(
             f"    if ({pa} != {pb}) {{\n"
-            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {_c_str(str(a))} = %lld and "
-            f"{_c_str(str(b))} = %lld must be equal ({_c_str(why)}; evonnx does not broadcast one of them)\",\n"
+            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {_c_str(str(left))} = %lld and "
+            f"{_c_str(str(right))} = %lld must be equal ({_c_str(why)}; evonnx does not broadcast one of them)\",\n"
             f"                 (long long){pa}, (long long){pb});\n"
             f"        return 1;\n    }}")
     out_dims = []

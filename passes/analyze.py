@@ -69,8 +69,9 @@ def known_from_array(arr: np.ndarray) -> Known | None:
 
 
 def _extract(lz: Lazy) -> Known | None:
-    dims = [d.const for d in lz.shape]
-    if any(d is None for d in dims) or int(np.prod(dims)) > MAX_DERIVED:
+    maybe = [d.const for d in lz.shape]
+    dims = [d for d in maybe if d is not None]
+    if len(dims) != len(maybe) or int(np.prod(dims)) > MAX_DERIVED:
         return None
     out = []
     for flat in range(int(np.prod(dims))):
@@ -202,7 +203,7 @@ def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:
     if node.op not in LOWER:
         return Reject(f"{node.op} is not handled by evonnx")
     args: list[Lazy | None] = []
-    vals: list[Known | None] = []
+    vals: list[Known | Derived | None] = []
     for k, t in enumerate(node.inputs):
         if not t.name:
             args.append(None)

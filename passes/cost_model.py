@@ -30,7 +30,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
-from evonnx.index import Poly, evaluate, var
+from evonnx.index import Poly, Var, evaluate, var
 from evonnx.passes.analyze import Analysis
 from evonnx.paths import cache_dir
 
@@ -96,8 +96,8 @@ def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> Ops:
     loop variable `inner` is computed once per row (code generation hoists it), so it is amortised over the row."""
     simple = special = steps = 0.0
     row = 1.0
-    if inner is not None:
-        row = max(float(evaluate(inner.extent, env)), 1.0)  # type: ignore[attr-defined]
+    if isinstance(inner, Var):
+        row = max(float(evaluate(inner.extent, env)), 1.0)
     fv: dict = {}
     for x in E.walk(e):
         if isinstance(x, E.Op):
@@ -109,7 +109,7 @@ def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> Ops:
                 simple += 1
         elif isinstance(x, E.Reduce):
             a = x.var.atom()
-            ext = float(evaluate(a.extent, env)) if a is not None else 1.0  # type: ignore[union-attr]
+            ext = float(evaluate(a.extent, env)) if isinstance(a, Var) else 1.0
             bs, bsp, bst = _op_counts(x.body, env)
             per_row = 1.0 / row if inner is not None and inner not in E.free_vars(x, fv) else 1.0
             simple += ext * bs * per_row
@@ -138,9 +138,9 @@ def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None
                 st.ops[node.name] = (1.0, 0.0, 0.0)
             out = lz.shape
             for t in node.inputs:
-                info = an.tensors.get(t.name) if t.name else None
-                if info is not None and info.shape is not None and len(info.shape) == len(out) and out and (
-                        info.shape[-1].const == 1 and out[-1].const != 1 and info.shape[:-1] == out[:-1]):
+                tin = an.tensors.get(t.name) if t.name else None
+                if tin is not None and tin.shape is not None and len(tin.shape) == len(out) and out and (
+                        tin.shape[-1].const == 1 and out[-1].const != 1 and tin.shape[:-1] == out[:-1]):
                     st.row_broadcast[(node.name, t.name)] = True
         else:
             st.ops[node.name] = (1.0, 0.0, 0.0)

@@ -203,8 +203,9 @@ def known(elements: Sequence[Expr], shape: Sequence[int], dtype: str) -> Lazy:
     if not elems:
         zero = const(0, dtype)  # an empty tensor: no element is ever read
         return Lazy(dtype, dims, lambda idx: zero)
-    if all(isinstance(e, Const) for e in elems) and len(elems) > 1:
-        return constant(np.array([e.value for e in elems]).reshape(shape), dtype)  # type: ignore[union-attr]
+    consts = [e for e in elems if isinstance(e, Const)]
+    if len(consts) == len(elems) > 1:
+        return constant(np.array([e.value for e in consts]).reshape(shape), dtype)
 
     def fn(idx: Index) -> Expr:
         pos = _flat(idx, dims)

@@ -18,7 +18,7 @@ from evonnx.index import Poly, Sym, var
 from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis
 from evonnx.passes.lazy import Lazy, Reject
-from evonnx.passes.lower_ops import VALUE_INPUTS, lower_node
+from evonnx.passes.lower_ops import VALUE_INPUTS, Value, lower_node
 from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec
 
 
@@ -73,7 +73,7 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
     assumptions: list[tuple[Poly, Poly, str]] = []
     for node in nodes:
         args: list[Lazy | None] = []
-        vals = []
+        vals: list[Value | None] = []
         value_slots = VALUE_INPUTS.get(node.op, ())
         for k, t in enumerate(node.inputs):
             if not t.name:

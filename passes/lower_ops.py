@@ -32,9 +32,10 @@ class Known:
     elems: tuple[Expr, ...]
 
     def array(self) -> np.ndarray | None:
-        if not all(isinstance(e, Const) for e in self.elems):
+        consts = [e for e in self.elems if isinstance(e, Const)]
+        if len(consts) != len(self.elems):
             return None
-        return np.array([e.value for e in self.elems], dtype=E.np_dtype(self.dtype)).reshape(self.shape)  # type: ignore[union-attr]
+        return np.array([e.value for e in consts], dtype=E.np_dtype(self.dtype)).reshape(self.shape)
 
     def polys(self) -> list[Poly] | None:
         """The elements as integers (sizes), when every one is an integer; floats only when integer-valued."""
@@ -619,8 +620,10 @@ def _all(conds: Sequence[Expr]) -> Expr:
     return out
 
 
-def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: Callable[..., Expr],
-           reduction: str) -> Lazy:
+WriteMap = Callable[[tuple[Poly, ...]], tuple[Expr, tuple[Poly, ...]]]  # index -> (written here?, update index)
+
+
+def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: WriteMap, reduction: str) -> Lazy:
     def fn(idx: tuple[Poly, ...]) -> Expr:
         cond, upd_idx = conds_of(idx)
         old = data.fn(idx)
