@@ -44,12 +44,13 @@ SPECIAL = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "po
 
 @dataclass(frozen=True)
 class CostModel:
-    ort_node_us: float = 1.0  # onnxruntime's cost per node beyond its memory traffic
-    kernel_us: float = 1.5  # a Fused node: dispatch, shape checks, task setup
-    ns_per_byte: float = 0.08  # streaming memory traffic
-    ns_per_op: float = 0.25  # one simple operation on one element
-    ns_per_special: float = 2.5  # exp, log, sigmoid, ... on one element
-    ns_per_reduce_step: float = 0.5  # one step of a fused reduction: a scalar dependent chain (not vectorised)
+    # Defaults: `calibrate()` on the development machine (2-core AMD EPYC, 2026-11-22).
+    ort_node_us: float = 0.17  # onnxruntime's cost per node beyond its memory traffic
+    kernel_us: float = 0.25  # a Fused node: dispatch, shape checks, task setup
+    ns_per_byte: float = 0.019  # streaming memory traffic
+    ns_per_op: float = 0.021  # one simple operation on one element
+    ns_per_special: float = 1.5  # exp, log, sigmoid, ... on one element
+    ns_per_reduce_step: float = 0.49  # one step of a fused reduction: a scalar dependent chain (not vectorised)
     source: str = "defaults"
 
     def node_us(self, bytes_: float, elements: float, ops: Ops) -> float:

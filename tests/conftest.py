@@ -1,6 +1,12 @@
 """Test-suite wide settings: the markers STYLE.md names, so `-m "not compiler"` and friends work."""
 
+import os
+
 import pytest
+
+# Plans in tests come from the cost model's recorded defaults, not from a micro-benchmark of whatever machine runs
+# the suite, so that they are the same on every run (the calibration itself is exercised by the benchmarks).
+os.environ.setdefault("EVONNX_COST_MODEL", "defaults")
 
 
 def pytest_configure(config: pytest.Config) -> None:
