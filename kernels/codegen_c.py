@@ -184,22 +184,7 @@ class _Kernel:
             self._add_piece(oi, o, pi, piece, out_view)
 
     def _add_piece(self, oi: int, o: KernelOutput, pi: int, piece: _Piece, out_view: View) -> None:
-        # Loop variables of this piece, outermost first: one per axis of extent > 1, then split where the
-        # expression divides them (see _split_axes).
-        loops: list[Poly] = []
-        mapping: dict[Atom, Poly] = {}
-        for k, p in enumerate(o.index):
-            v = p.atom()
-            if not isinstance(v, Var):
-                continue
-            lo, hi = piece.ranges[k]
-            nv = var(f"a{k}", hi - lo)
-            mapping[v] = nv + lo
-            if nv.atom() is not None:
-                loops.append(nv)
-        expr = substitute(o.expr, mapping)
-        pos = subs(out_view.index(o.index), mapping)
-        loops, expr, pos = _split_axes(loops, expr, pos)
+        loops, expr, pos = piece_loops(o, piece.ranges, out_view)
         exts = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
         unroll = None
         if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
@@ -249,6 +234,27 @@ class _Kernel:
         for s, n in self.sym_names.items():
             lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
         return "\n".join(lines)
+
+
+def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
+                out_view: View) -> tuple[list[Poly], Expr, Poly]:
+    """The loops of one piece, outermost first, with the element expression and the store position in their
+    terms: one loop per axis of extent > 1, then split where the expression divides them (`_split_axes`).
+    Shared by the CPU and CUDA generators."""
+    loops: list[Poly] = []
+    mapping: dict[Atom, Poly] = {}
+    for k, p in enumerate(o.index):
+        v = p.atom()
+        if not isinstance(v, Var):
+            continue
+        lo, hi = ranges[k]
+        nv = var(f"a{k}", hi - lo)
+        mapping[v] = nv + lo
+        if nv.atom() is not None:
+            loops.append(nv)
+    expr = substitute(o.expr, mapping)
+    pos = subs(out_view.index(o.index), mapping)
+    return _split_axes(loops, expr, pos)
 
 
 def _loop_var(p: Poly) -> Var:
@@ -333,20 +339,20 @@ def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], E
     return loops, expr, pos
 
 
-def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
-          inner: Var | None) -> tuple[str, str]:
-    """Statements computing every root: (per row, before the inner loop; inside the inner loop).
+def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[tuple[Expr, bool]]:
+    """Which subexpressions of the roots become temporaries, in an order that defines each before its use, and
+    whether each is computed once per row (True: it does not depend on the inner loop variable `inner`).
 
-    Subexpressions used more than once become temporaries, and those that do not depend on the inner loop
-    variable are computed once per row (a row-wise reduction feeding every element of its row is computed once,
-    not per element). Nodes reached only through a guarded select branch are never hoisted: they may read out of
-    range when not taken; nothing that depends on a reduction's own variable leaves that reduction."""
+    Subexpressions used more than once become temporaries, and, with an inner loop, so do those that do not depend
+    on it (a row-wise reduction feeding every element of its row is computed once per row, not per element).
+    Nodes reached only through a guarded select branch are never hoisted: they may read out of range when not
+    taken; nothing that depends on a reduction's own variable leaves that reduction, and what inside a reduction
+    does not depend on it is computed before its loop. Shared by the CPU and CUDA generators."""
     uses: dict[Expr, int] = {}
     seen: set[Expr] = set()
     fv: dict = {}
 
     def count(x: Expr, guarded: bool, bound: frozenset) -> None:
-        # Inside a reduction only what does not depend on its (bound) loop variable may be hoisted.
         if guarded or (bound and free_vars(x, fv) & bound):
             if isinstance(x, Op):
                 for k, a in enumerate(x.args):
@@ -370,6 +376,22 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
 
     for _, e in roots:
         count(e, False, frozenset())
+    order: list[Expr] = []
+    for _, e in roots:
+        order.extend(walk(e))
+    out: list[tuple[Expr, bool]] = []
+    for x in dict.fromkeys(order):
+        if x not in uses or not isinstance(x, (Op, Load, TableLoad, Reduce)):
+            continue
+        invariant = inner is not None and inner not in free_vars(x, fv)
+        if uses[x] > 1 or invariant:
+            out.append((x, invariant))
+    return out
+
+
+def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
+          inner: Var | None) -> tuple[str, str]:
+    """Statements computing every root: (per row, before the inner loop; inside the inner loop)."""
     temps: dict[Expr, str] = {}
     row_lines: list[str] = []
     lines: list[str] = []
@@ -379,19 +401,12 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
             return temps[x]
         return print_expr(x, names, sub)
 
-    order: list[Expr] = []
-    for _, e in roots:
-        order.extend(walk(e))
-    for x in dict.fromkeys(order):
-        if x not in uses or not isinstance(x, (Op, Load, TableLoad, Reduce)):
-            continue
-        invariant = inner is None or inner not in free_vars(x, fv)
-        if uses[x] > 1 or (invariant and inner is not None):
-            code = print_expr(x, names, sub)
-            name = f"t{len(temps)}"
-            (row_lines if invariant else lines).append(
-                f"{'        ' if invariant else '            '}const {CTYPE[x.dtype]} {name} = {code};")
-            temps[x] = name
+    for x, per_row in temporaries(roots, inner):
+        code = print_expr(x, names, sub)
+        name = f"t{len(temps)}"
+        (row_lines if per_row else lines).append(
+            f"{'        ' if per_row else '            '}const {CTYPE[x.dtype]} {name} = {code};")
+        temps[x] = name
     t = CTYPE[dtype]
     for pos, e in roots:
         lines.append(f"            out{oi}[{print_poly(pos, names)}] = ({t})({sub(e)});")

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from evonnx.expr import Expr, Load, Op, TableLoad, ValueTable, substitute, walk
-from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs, var
-from evonnx.kernels.codegen_c import MAX_UNROLL, _c_comment, _Kernel, _pieces, _polys, _prod, _split_axes
+from evonnx.expr import Expr, TableLoad, ValueTable, substitute, walk
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs
+from evonnx.kernels.codegen_c import MAX_UNROLL, _c_comment, _Kernel, _pieces, _polys, _prod, piece_loops, temporaries
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
@@ -105,20 +105,7 @@ class _CudaKernel:
         # The loops of the piece as the CPU generator builds them: one per axis of extent > 1, split where the
         # expression divides them (codegen_c._split_axes: a flattened Reshape becomes nested loops again, so the
         # per-element fdiv/fmod disappear); a small last loop is unrolled, the rest flattened into work items.
-        loops: list[Poly] = []
-        mapping: dict[Atom, Poly] = {}
-        for k, p in enumerate(o.index):
-            v = p.atom()
-            if not isinstance(v, Var):
-                continue
-            lo, hi = ranges[k]
-            nv = var(f"a{k}", hi - lo)
-            mapping[v] = nv + lo
-            if nv.atom() is not None:
-                loops.append(nv)
-        expr = substitute(o.expr, mapping)
-        pos = subs(out_view.index(o.index), mapping)
-        loops, expr, pos = _split_axes(loops, expr, pos)
+        loops, expr, pos = piece_loops(o, ranges, out_view)
         exts: list[Poly] = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
         unroll = None
         if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
@@ -237,22 +224,8 @@ def _unravel(n: int) -> str:
 
 
 def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str) -> str:
-    """Statements computing every root, subexpressions used more than once in temporaries (the CPU generator's
-    rule: nodes reached only through a guarded select branch are never hoisted, they may read out of range when
-    not taken), then the stores, vectorised when the roots are consecutive and fill a vector type."""
-    uses: dict[Expr, int] = {}
-
-    def count(x: Expr, guarded: bool) -> None:
-        if guarded:
-            return
-        uses[x] = uses.get(x, 0) + 1
-        if uses[x] > 1 or not isinstance(x, Op):
-            return
-        for k, a in enumerate(x.args):
-            count(a, x.attr == "guard" and k > 0)
-
-    for _, e in roots:
-        count(e, False)
+    """Statements computing every root, with the CPU generator's temporaries (`codegen_c.temporaries`), then
+    the stores, vectorised when the roots are consecutive and fill a vector type."""
     temps: dict[Expr, str] = {}
     lines: list[str] = []
 
@@ -261,15 +234,11 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str)
             return temps[x]
         return print_expr(x, names, sub)
 
-    order: list[Expr] = []
-    for _, e in roots:
-        order.extend(walk(e))
-    for x in dict.fromkeys(order):
-        if uses.get(x, 0) > 1 and isinstance(x, (Op, Load, TableLoad)):
-            code = print_expr(x, names, sub)
-            name = f"t{len(temps)}"
-            lines.append(f"        const {CTYPE[x.dtype]} {name} = {code};")
-            temps[x] = name
+    for x, _ in temporaries(roots, None):  # one thread computes one row: nothing is hoisted further
+        code = print_expr(x, names, sub)
+        name = f"t{len(temps)}"
+        lines.append(f"        const {CTYPE[x.dtype]} {name} = {code};")
+        temps[x] = name
     t = CTYPE[dtype]
     n = len(roots)
     width = n * _SIZE[dtype]
