@@ -40,6 +40,11 @@ MAX_UNROLL = 8
 MAX_PIECES = 64
 
 
+def _helpers() -> str:
+    """The element helpers both preludes share (templates/helpers.h), inlined so each source stands alone."""
+    return (_TEMPLATES / "helpers.h").read_text()
+
+
 def _template(name: str) -> Template:
     return Template((_TEMPLATES / name).read_text())
 
@@ -488,7 +493,7 @@ def _c_str(s: str) -> str:
 
 def generate(specs: Sequence[KernelSpec], model_name: str) -> str:
     """The C source of every kernel of one model, with the kernel table the runtime looks names up in."""
-    parts = [_template("prelude.c").substitute(model=_c_comment(model_name))]
+    parts = [_template("prelude.c").substitute(model=_c_comment(model_name), helpers=_helpers())]
     parts.extend(_kernel_source(s) for s in specs)
     table = ", ".join(f"&{s.name}_entry" for s in specs) or "0"
     parts.append(f"\nconst evo_kernel *const evo_kernel_table[] = {{{table}}};\n"

@@ -35,7 +35,17 @@ from string import Template
 
 from evonnx.expr import Expr, TableLoad, ValueTable, substitute, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs
-from evonnx.kernels.codegen_c import MAX_UNROLL, _c_comment, _Kernel, _pieces, _polys, _prod, piece_loops, temporaries
+from evonnx.kernels.codegen_c import (
+    MAX_UNROLL,
+    _c_comment,
+    _helpers,
+    _Kernel,
+    _pieces,
+    _polys,
+    _prod,
+    piece_loops,
+    temporaries,
+)
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
@@ -280,7 +290,7 @@ def _device_source(k: _CudaKernel) -> str:
 
 def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
     """The CUDA source of every kernel of one model: two `extern "C" __global__` functions per piece."""
-    parts = [_template("prelude.cu").substitute(model=_c_comment(model_name))]
+    parts = [_template("prelude.cu").substitute(model=_c_comment(model_name), helpers=_helpers())]
     parts.extend(_device_source(k) for k in _cuda_kernels(specs))
     return "".join(parts)
 

@@ -37,23 +37,6 @@ static inline int64_t evo_fmod(int64_t a, int64_t b) {
 static inline int64_t evo_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t evo_imax(int64_t a, int64_t b) { return a < b ? b : a; }
 
-/* Min/Max/Relu/Sign as onnxruntime's kernels compute them (std::min / std::max argument order). */
-#define EVO_ORDERED(T, S)                                                                  \
-    static inline T evo_min_##S(T a, T b) { return b < a ? b : a; }                        \
-    static inline T evo_max_##S(T a, T b) { return a < b ? b : a; }                        \
-    static inline T evo_relu_##S(T x) { return x < (T)0 ? (T)0 : x; }                     \
-    static inline T evo_sign_##S(T x) { return (T)((x > (T)0) - (x < (T)0)); }
-EVO_ORDERED(float, f32)
-EVO_ORDERED(double, f64)
-EVO_ORDERED(int64_t, i64)
-EVO_ORDERED(int32_t, i32)
-EVO_ORDERED(int16_t, i16)
-EVO_ORDERED(int8_t, i8)
-EVO_ORDERED(uint8_t, u8)
-EVO_ORDERED(uint16_t, u16)
-EVO_ORDERED(uint32_t, u32)
-EVO_ORDERED(uint64_t, u64)
-
 /* exp for float32 without a libm call, so loops around it vectorise: exp(x) = 2^n * exp(r), |r| <= ln2/2, with
  * Cephes' degree-6 polynomial (relative error about 1e-7, like onnxruntime's own vectorised exp, which is not
  * libm's either). 2^n is applied in two halves so that the overflow to inf above 88.72 and the gradual underflow
@@ -78,40 +61,9 @@ static inline float evo_expf(float x) {
     return y * s1.f * s2.f;
 }
 
-static inline float evo_abs_f32(float x) { return fabsf(x); }
-static inline double evo_abs_f64(double x) { return fabs(x); }
-static inline float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
-static inline double evo_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
-static inline float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(evo_expf(-x)) : log1pf(evo_expf(x)); }
-static inline double evo_softplus_f64(double x) { return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+#define EVO_FN static inline
+$helpers
 
-/* Integer division and remainder: truncating like C, wrapping on MIN/-1, and 0 instead of a trap on /0
- * (onnxruntime's own kernels crash the process there). */
-#define EVO_SIGNED_DIV(T, U, S)                                                            \
-    static inline T evo_abs_##S(T x) { return x < 0 ? (T)(0 - (U)x) : x; }                \
-    static inline T evo_div_##S(T a, T b) {                                                \
-        if (b == 0) return 0;                                                              \
-        if (b == -1) return (T)(0 - (U)a);                                                 \
-        return (T)(a / b);                                                                 \
-    }                                                                                      \
-    static inline T evo_tmod_##S(T a, T b) { return (b == 0 || b == -1) ? 0 : (T)(a % b); } \
-    static inline T evo_pmod_##S(T a, T b) {                                               \
-        T r = evo_tmod_##S(a, b);                                                          \
-        return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;                          \
-    }
-EVO_SIGNED_DIV(int64_t, uint64_t, i64)
-EVO_SIGNED_DIV(int32_t, uint32_t, i32)
-EVO_SIGNED_DIV(int16_t, uint16_t, i16)
-EVO_SIGNED_DIV(int8_t, uint8_t, i8)
-#define EVO_UNSIGNED_DIV(T, S)                                                             \
-    static inline T evo_abs_##S(T x) { return x; }                                         \
-    static inline T evo_div_##S(T a, T b) { return b == 0 ? 0 : (T)(a / b); }              \
-    static inline T evo_tmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); }             \
-    static inline T evo_pmod_##S(T a, T b) { return evo_tmod_##S(a, b); }
-EVO_UNSIGNED_DIV(uint8_t, u8)
-EVO_UNSIGNED_DIV(uint16_t, u16)
-EVO_UNSIGNED_DIV(uint32_t, u32)
-EVO_UNSIGNED_DIV(uint64_t, u64)
 
 /* Runs fn over [0, total) work items, split into tasks on onnxruntime's pool when the work is large. */
 typedef struct evo_range {

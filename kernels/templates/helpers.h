@@ -1,0 +1,54 @@
+/* Element helpers shared by the CPU and CUDA kernels (inlined into both preludes; EVO_FN is `static inline` in C
+ * and `__device__ __forceinline__` in CUDA). evo_expf is each prelude's own, defined before these. */
+
+/* Min/Max/Relu/Sign as onnxruntime's kernels compute them (std::min / std::max argument order). */
+#define EVO_ORDERED(T, S)                                                                  \
+    EVO_FN T evo_min_##S(T a, T b) { return b < a ? b : a; }                               \
+    EVO_FN T evo_max_##S(T a, T b) { return a < b ? b : a; }                               \
+    EVO_FN T evo_relu_##S(T x) { return x < (T)0 ? (T)0 : x; }                            \
+    EVO_FN T evo_sign_##S(T x) { return (T)((x > (T)0) - (x < (T)0)); }
+EVO_ORDERED(float, f32)
+EVO_ORDERED(double, f64)
+EVO_ORDERED(int64_t, i64)
+EVO_ORDERED(int32_t, i32)
+EVO_ORDERED(int16_t, i16)
+EVO_ORDERED(int8_t, i8)
+EVO_ORDERED(uint8_t, u8)
+EVO_ORDERED(uint16_t, u16)
+EVO_ORDERED(uint32_t, u32)
+EVO_ORDERED(uint64_t, u64)
+
+EVO_FN float evo_abs_f32(float x) { return fabsf(x); }
+EVO_FN double evo_abs_f64(double x) { return fabs(x); }
+EVO_FN float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
+EVO_FN double evo_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+EVO_FN float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(evo_expf(-x)) : log1pf(evo_expf(x)); }
+EVO_FN double evo_softplus_f64(double x) { return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+
+/* Integer division and remainder: truncating like C, wrapping on MIN/-1, and 0 instead of a trap on /0
+ * (onnxruntime's own CPU kernels crash the process there). */
+#define EVO_SIGNED_DIV(T, U, S)                                                            \
+    EVO_FN T evo_abs_##S(T x) { return x < 0 ? (T)(0 - (U)x) : x; }                       \
+    EVO_FN T evo_div_##S(T a, T b) {                                                       \
+        if (b == 0) return 0;                                                              \
+        if (b == -1) return (T)(0 - (U)a);                                                 \
+        return (T)(a / b);                                                                 \
+    }                                                                                      \
+    EVO_FN T evo_tmod_##S(T a, T b) { return (b == 0 || b == -1) ? 0 : (T)(a % b); }      \
+    EVO_FN T evo_pmod_##S(T a, T b) {                                                      \
+        T r = evo_tmod_##S(a, b);                                                          \
+        return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;                          \
+    }
+EVO_SIGNED_DIV(int64_t, uint64_t, i64)
+EVO_SIGNED_DIV(int32_t, uint32_t, i32)
+EVO_SIGNED_DIV(int16_t, uint16_t, i16)
+EVO_SIGNED_DIV(int8_t, uint8_t, i8)
+#define EVO_UNSIGNED_DIV(T, S)                                                             \
+    EVO_FN T evo_abs_##S(T x) { return x; }                                                \
+    EVO_FN T evo_div_##S(T a, T b) { return b == 0 ? 0 : (T)(a / b); }                     \
+    EVO_FN T evo_tmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); }                    \
+    EVO_FN T evo_pmod_##S(T a, T b) { return evo_tmod_##S(a, b); }
+EVO_UNSIGNED_DIV(uint8_t, u8)
+EVO_UNSIGNED_DIV(uint16_t, u16)
+EVO_UNSIGNED_DIV(uint32_t, u32)
+EVO_UNSIGNED_DIV(uint64_t, u64)
