@@ -419,23 +419,30 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
 
 
 # -- whole kernels ----------------------------------------------------------------------------------------
-def _kernel_source(spec: KernelSpec) -> str:
-    k = _Kernel(spec)
-    for oi, o in enumerate(spec.outputs):
-        k.add_output(oi, o)
-    names = Names({}, k.sym_names, k.tables)
+def bind_symbols(spec: KernelSpec, syms: Sequence[Sym],
+                 sym_names: dict[Sym, str]) -> tuple[dict[Sym, tuple[int, int]], str]:
+    """Where each size symbol is read at run time, (input slot, axis) of its first bare occurrence, and the C
+    statements reading them from `in_dims`. Shared by the CPU kernels and the CUDA host plan."""
     binding: dict[Sym, tuple[int, int]] = {}
     for si, i in enumerate(spec.inputs):
         for a, d in enumerate(i.shape):
             s = d.atom()
             if isinstance(s, Sym) and s not in binding:
                 binding[s] = (si, a)
-    missing = [s.name for s in k.syms if s not in binding]
+    missing = [s.name for s in syms if s not in binding]
     if missing:
         raise ValueError(f"kernel {spec.name}: size symbols {missing} are bound by no input")
-    sym_binding = "\n".join(f"    const int64_t {k.sym_names[s]} = in_dims[{si}][{a}];"
-                            for s, (si, a) in sorted(binding.items(), key=lambda x: k.sym_names[x[0]])
-                            if s in k.sym_names)
+    return binding, "\n".join(f"    const int64_t {sym_names[s]} = in_dims[{binding[s][0]}][{binding[s][1]}];"
+                              for s in syms)
+
+
+
+def _kernel_source(spec: KernelSpec) -> str:
+    k = _Kernel(spec)
+    for oi, o in enumerate(spec.outputs):
+        k.add_output(oi, o)
+    names = Names({}, k.sym_names, k.tables)
+    binding, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
     checks = []
     for si, i in enumerate(spec.inputs):
         for axis, d in enumerate(i.shape):

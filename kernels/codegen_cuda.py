@@ -43,6 +43,7 @@ from evonnx.kernels.codegen_c import (
     _pieces,
     _polys,
     _prod,
+    bind_symbols,
     piece_loops,
     temporaries,
 )
@@ -299,17 +300,7 @@ def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
 def _host_source(k: _CudaKernel) -> str:
     spec = k.spec
     names = Names({}, k.sym_names, {})
-    binding: dict[Sym, tuple[int, int]] = {}
-    for si, i in enumerate(spec.inputs):
-        for a, d in enumerate(i.shape):
-            s = d.atom()
-            if isinstance(s, Sym) and s not in binding:
-                binding[s] = (si, a)
-    missing = [s.name for s in k.syms if s not in binding]
-    if missing:
-        raise ValueError(f"kernel {spec.name}: size symbols {missing} are bound by no input")
-    sym_binding = "\n".join(f"    const int64_t {k.sym_names[s]} = in_dims[{binding[s][0]}][{binding[s][1]}];"
-                            for s in k.syms)
+    binding, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
     sym_fill = "\n".join(f"    syms[{n}] = {k.sym_names[s]};" for n, s in enumerate(k.syms))
     launches = []
     for n, p in enumerate(k.pieces):
