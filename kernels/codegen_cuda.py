@@ -300,7 +300,7 @@ def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
 def _host_source(k: _CudaKernel) -> str:
     spec = k.spec
     names = Names({}, k.sym_names, {})
-    binding, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
+    _, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
     sym_fill = "\n".join(f"    syms[{n}] = {k.sym_names[s]};" for n, s in enumerate(k.syms))
     launches = []
     for n, p in enumerate(k.pieces):
