@@ -45,9 +45,10 @@ class OptimizeResult:
     seconds: float
 
     def summary(self) -> str:
+        copies = (f", {self.plan.copies_removed} full-tensor copies of scatter writes removed"
+                  if self.plan.copies_removed else "")
         lines = [f"{self.output}: {self.nodes_before} nodes -> {self.nodes_after} "
-                 f"({len(self.kernels)} fused kernels, {self.plan.copies_removed} full-tensor copies of "
-                 f"scatter writes removed); library {self.library}"]
+                 f"({len(self.kernels)} fused kernels{copies}); library {self.library}"]
         for k in self.kernels:
             ops: dict[str, int] = {}
             for op in k.source_ops:

@@ -29,9 +29,9 @@ class CheckResult:
     max_rel_err: float = 0.0
 
     def __str__(self) -> str:
-        sizes = "; ".join(",".join(f"{k}={v}" for k, v in r.items()) or "static" for r in self.runs)
-        return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({sizes}), {self.exact} exact, "
-                f"max relative error {self.max_rel_err:.2g}")
+        distinct = list(dict.fromkeys(",".join(f"{k}={v}" for k, v in r.items()) or "static sizes" for r in self.runs))
+        return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({'; '.join(distinct)}; "
+                f"{len(REGIMES)} value regimes), {self.exact} exact, max relative error {self.max_rel_err:.2g}")
 
 
 def _symbols(model: onnx.ModelProto) -> list[str]:
