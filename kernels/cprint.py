@@ -97,7 +97,13 @@ def _extreme(dtype: str, low: bool) -> str:
 
 
 def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
-    """A reduction as a GNU statement expression (gcc and nvcc both accept it) with its own loop variable."""
+    """A reduction as a GNU statement expression (gcc and nvcc both accept it) with its own loop variable.
+
+    In C (not CUDA) the loop carries `omp simd reduction(...)` (honoured through -fopenmp-simd, no OpenMP runtime):
+    it lets gcc reassociate this one loop and vectorise it. max/min give the same value in any order; sums and
+    products round differently from one sequential chain, as onnxruntime's own vectorised ones do, and are
+    checked with a tolerance. ArgMax/ArgMin take the vectorised extreme, then the first (or, with
+    select_last_index, the last) index holding it."""
     v = e.var.atom()
     assert isinstance(v, Var)
     r = names.fresh_loop()
@@ -105,6 +111,29 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     ext = print_poly(v.extent, names)
     t = CTYPE[e.body.dtype]
     body = sub(e.body)
+    simd = names.index_type is None
+
+    def pragma(op: str, acc: str) -> str:
+        return f'_Pragma("omp simd reduction({op}:{acc})") ' if simd else ""
+
+    if simd and e.op in ("argmax", "argmin"):
+        cmp, m = (">", "max") if e.op == "argmax" else ("<", "min")
+        scan = (f"for (int64_t {r} = {ext} - 1; {r} >= 0; --{r})" if e.attr
+                else f"for (int64_t {r} = 0; {r} < {ext}; ++{r})")
+        return (f"({{ {t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')}; {pragma(m, f'{r}_best')}"
+                f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
+                f"{r}_best = {r}_v {cmp} {r}_best ? {r}_v : {r}_best; }} int64_t {r}_at = 0; "
+                f"{scan} {{ if ({body} == {r}_best) {{ {r}_at = {r}; break; }} }} {r}_at; }})")
+    if simd and e.op in ("max", "min"):
+        cmp = ">" if e.op == "max" else "<"
+        init = _extreme(e.dtype, e.op == "max")
+        return (f"({{ {t} {r}_acc = {init}; {pragma(e.op, f'{r}_acc')}for (int64_t {r} = 0; {r} < {ext}; ++{r}) "
+                f"{{ const {t} {r}_v = {body}; {r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc; }} {r}_acc; }})")
+    if simd and e.op in _IDENTITY:
+        init = print_const(_IDENTITY[e.op], e.dtype)
+        op = "+" if e.op == "sum" else "*"
+        return (f"({{ {t} {r}_acc = {init}; {pragma(op, f'{r}_acc')}for (int64_t {r} = 0; {r} < {ext}; ++{r}) "
+                f"{{ {r}_acc = {r}_acc {op} ({body}); }} {r}_acc; }})")
     if e.op in ("argmax", "argmin"):
         better = ">" if e.op == "argmax" else "<"
         better += "=" if e.attr else ""

@@ -543,9 +543,9 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
         axis = _axis(int(attrs.get("axis", -1)), x.rank, op)
         n = x.shape[axis].const
         # Each output element is computed on its own: the max and sum are shared by the elements computed together
-        # (the unrolled last axis). Over a longer last axis they are hoisted per row too, but the reductions run
-        # scalar (no reassociation) while onnxruntime's Softmax is vectorised, and a consumer that reduces the
-        # softmax again recomputes them per row: measured 7x slower on DETR's post-processing. Left to onnxruntime.
+        # (the unrolled last axis). Over a longer last axis they are hoisted per row and vectorised too, yet the
+        # fused softmax measured slower than onnxruntime's MLAS kernel: 403 vs 140 us for (2400, 92) with a Mul
+        # fused in front, 1823 vs 1037 us for (33600, 17), 1 thread. Left to onnxruntime.
         if axis != x.rank - 1 or n is None or n > MAX_SOFTMAX_AXIS:
             raise Reject(f"{op} over an axis that is not a last axis of at most {MAX_SOFTMAX_AXIS} elements is "
                          "faster in onnxruntime")

@@ -140,15 +140,7 @@ def fusion_share(model: onnx.ModelProto, result: evonnx.OptimizeResult) -> tuple
     return len(fused | gone), len(counted)
 
 
-# The search planner leaves embedding_normalize's ReduceL2 to onnxruntime on purpose (its reductions are
-# vectorised, evonnx's fused ones are scalar chains), and the Transpose feeding it with it: 3 of 4 nodes fused, and
-# 1.39x faster than onnxruntime (benchmarks/results/cpu.txt), faster than fusing all four (greedy).
-FUSION_PARAMS = [
-    pytest.param(name, id=name, marks=[pytest.mark.xfail(strict=False, reason="search keeps a reduction and its "
-                                                         "producer in onnxruntime, by cost")]
-                 if name == "embedding_normalize" else [])
-    for name in ENTRIES
-]
+FUSION_PARAMS = list(ENTRIES)
 
 
 @pytest.mark.parametrize("name", FUSION_PARAMS)
