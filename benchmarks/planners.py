@@ -57,8 +57,8 @@ def _session(path: Path, lib: Path | None) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def _time(sessions: list[ort.InferenceSession], feeds: dict[str, np.ndarray], rounds: int = 7,
-          budget_s: float = 0.25) -> list[float]:
+def _time(sessions: list[ort.InferenceSession], feeds: dict[str, np.ndarray], rounds: int = 9,
+          budget_s: float = 1.0) -> list[float]:
     """Median µs per session, measured interleaved in rounds."""
     bindings = []
     for s in sessions:
