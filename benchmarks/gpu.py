@@ -22,7 +22,6 @@ Needs a CUDA GPU, its driver, onnxruntime-gpu and nvcc; without one it stops at 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu import one_node_model  # noqa: E402  (the same one-node floor model as the CPU benchmark)
 from inputs import REPO, largest_case, load_manifest, make_inputs  # noqa: E402
 
 CUDA = "CUDAExecutionProvider"
@@ -42,29 +42,6 @@ CUDA = "CUDAExecutionProvider"
 
 class BenchError(RuntimeError):
     """A model could not be benchmarked."""
-
-
-def gpu_missing() -> str | None:
-    """Why this machine cannot run the benchmark, or None."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver: libcuda.so.1 cannot be loaded"
-    count = ctypes.c_int(0)
-    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
-        return "the CUDA driver finds no device"
-    import onnxruntime as ort
-
-    if CUDA not in ort.get_available_providers():
-        return f"onnxruntime {ort.__version__} has no {CUDA}: install onnxruntime-gpu (and its CUDA libraries)"
-    from evonnx.errors import BuildError
-    from evonnx.kernels.build import nvcc_path
-
-    try:
-        nvcc_path()
-    except BuildError as e:
-        return str(e)
-    return None
 
 
 def optimize_for_cuda(src: Path, dst: Path, shapes: dict[str, list[int]]) -> tuple[Path, Any]:
@@ -132,20 +109,6 @@ def stats(ns: Sequence[int]) -> dict[str, float]:
     return {"median_us": float(p50), "p10_us": float(p10), "p90_us": float(p90), "runs": int(a.size)}
 
 
-def floor_model(io_bytes: int) -> bytes:
-    import onnx
-    from onnx import TensorProto, helper
-
-    n = max(1, -(-io_bytes // 8))
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])
-    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "floor", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model.SerializeToString()
-
-
 def bench_model(entry: dict[str, Any], args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import onnx
 
@@ -173,7 +136,8 @@ def bench_model(entry: dict[str, Any], args: argparse.Namespace, work: Path) -> 
     except VerificationError as e:
         raise BenchError(f"{name}: optimized outputs differ on CUDA: {e}") from e
     io_bytes = sum(v.nbytes for v in feeds.values()) + sum(r.nbytes for r in ref)
-    floor = Bound(session(floor_model(io_bytes)), {"x": np.ones(max(1, -(-io_bytes // 8)), np.float32)})
+    floor_bytes, floor_n = one_node_model(io_bytes)
+    floor = Bound(session(floor_bytes), {"x": np.ones(floor_n, np.float32)})
 
     for fn in (orig, opt, floor):  # warm up: kernel loading, arena growth, cuDNN-free but lazy module loads
         samples(fn, args.warmup)
@@ -201,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
 
-    missing = gpu_missing()
+    from evonnx.kernels.build import cuda_unavailable
+
+    missing = cuda_unavailable()
     if missing is not None:
         print(f"benchmarks/gpu.py: cannot run: {missing}", file=sys.stderr)
         return 2

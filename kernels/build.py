@@ -268,6 +268,27 @@ def cuda_device_count() -> int:
     return count.value
 
 
+def cuda_unavailable() -> str | None:
+    """Why CUDA kernels cannot run here (no driver, no device, no onnxruntime-gpu, no nvcc), or None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver: libcuda.so.1 cannot be loaded"
+    if cuda_device_count() < 1:
+        return "the CUDA driver finds no device"
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return f"onnxruntime {ort.__version__} has no CUDAExecutionProvider: install onnxruntime-gpu"
+    try:
+        nvcc_path()
+    except BuildError as e:
+        return str(e)
+    return None
+
+
 def cuda_include_dir() -> Path | None:
     """The CUDA toolkit's include folder (holding cuda.h) of the nvcc `nvcc_path` finds, or None."""
     try:

@@ -10,7 +10,7 @@ constant strides that gcc vectorises. The outer axes and the inner loop are flat
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -175,13 +175,8 @@ class _Kernel:
         return self.tables[t]
 
     def collect_tables(self, e: Expr) -> None:
-        for x in walk(e):
-            if isinstance(x, TableLoad):
-                self.table(x.table)
-            for p in _polys(x):
-                for a in p.atoms():
-                    if isinstance(a, Lookup):
-                        self.table(a.table)
+        for t in tables_in(e):
+            self.table(t)
 
     def add_output(self, oi: int, o: KernelOutput) -> None:
         out_view = View.dense(o.shape)
@@ -260,6 +255,17 @@ def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
     expr = substitute(o.expr, mapping)
     pos = subs(out_view.index(o.index), mapping)
     return _split_axes(loops, expr, pos)
+
+
+def tables_in(e: Expr) -> Iterator[Table | ValueTable]:
+    """The constant tables `e` reads: value tables and index lookup tables (shared by both generators)."""
+    for x in walk(e):
+        if isinstance(x, TableLoad):
+            yield x.table
+        for p in _polys(x):
+            for a in p.atoms():
+                if isinstance(a, Lookup):
+                    yield a.table
 
 
 def _loop_var(p: Poly) -> Var:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from evonnx.expr import Expr, TableLoad, ValueTable, substitute, walk
+from evonnx.expr import Expr, ValueTable, substitute, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs
 from evonnx.kernels.codegen_c import (
     MAX_UNROLL,
@@ -45,6 +45,7 @@ from evonnx.kernels.codegen_c import (
     _prod,
     bind_symbols,
     piece_loops,
+    tables_in,
     temporaries,
 )
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
@@ -102,13 +103,8 @@ class _CudaKernel:
                 f"static __device__ const {CTYPE[t.dtype]} {name}[{len(t.values)}] = {{{vals}}};")
 
     def _collect_tables(self, e: Expr) -> None:
-        for x in walk(e):
-            if isinstance(x, TableLoad):
-                self._table(x.table)
-            for p in _polys(x):
-                for a in p.atoms():
-                    if isinstance(a, Lookup):
-                        self._table(a.table)
+        for t in tables_in(e):
+            self._table(t)
 
     # -- one piece --------------------------------------------------------------------------------------
     def _add_piece(self, oi: int, o: KernelOutput, pi: int, ranges: tuple[tuple[Poly, Poly], ...],

@@ -7,8 +7,6 @@ fallback to the CPU kernel cannot pass.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import json
 from pathlib import Path
 
@@ -17,7 +15,6 @@ import onnx
 import pytest
 
 from evonnx.api import _exact_outputs, library_path, optimize
-from evonnx.errors import BuildError
 from evonnx.kernels import build
 from evonnx.kernels.codegen_c import generate
 from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
@@ -29,27 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "models"
 MANIFEST = {e["name"]: e for e in json.loads((MODELS / "manifest.json").read_text())["models"]}
 CUDA = "CUDAExecutionProvider"
-
-
-@functools.cache
-def _no_gpu_reason() -> str | None:
-    """Why the GPU tests cannot run here, or None when they can."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1)"
-    count = ctypes.c_int(0)
-    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
-        return "no CUDA device"
-    import onnxruntime as ort
-
-    if CUDA not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
-    try:
-        build.nvcc_path()
-    except BuildError as e:
-        return str(e)
-    return None
+_NO_GPU = build.cuda_unavailable()  # why the GPU tests cannot run here, or None
 
 
 def _session(path: Path, library: Path | None, profile: bool = False):  # noqa: ANN202
@@ -67,7 +44,7 @@ def _session(path: Path, library: Path | None, profile: bool = False):  # noqa: 
 
 @pytest.mark.parametrize("name", list(MANIFEST))
 def test_cuda_optimized_model_matches_original_on_cuda_ep(name: str, tmp_path: Path) -> None:
-    reason = _no_gpu_reason()
+    reason = _NO_GPU
     if reason is not None:
         pytest.skip(reason)
     entry = MANIFEST[name]
