@@ -10,7 +10,7 @@ import shutil
 # -fno-trapping-math: no floating-point trap is observed; values are unchanged, and gcc may if-convert selects
 # (clamps, Where) so that loops vectorise (none did without it).
 # -fopenmp-simd: honour `omp simd reduction` on reduction loops (vectorised reductions); no OpenMP runtime.
-KERNEL_CFLAGS = ("-std=c11", "-O3", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno",
+KERNEL_CFLAGS = ("-std=gnu11", "-O3", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno",
                  "-fno-trapping-math", "-fopenmp-simd")
 
 

@@ -26,18 +26,21 @@ from evonnx.expr import (
     Reduce,
     TableLoad,
     ValueTable,
+    children,
     free_vars,
     substitute,
     walk,
 )
 from evonnx.index import Atom, FloorDiv, Lookup, Mod, Poly, Sym, Table, Var, floordiv, is_le, subs, var
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
-from evonnx.records import KernelOutput, KernelSpec
+from evonnx.kernels.ctext import encode, lint
+from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
 _TEMPLATES = Path(__file__).with_name("templates")
 MAX_UNROLL = 8
 MAX_PIECES = 64
+_MAX_DEPTH = 12  # operations in one C expression before a temporary
 
 
 def _helpers() -> str:
@@ -215,7 +218,8 @@ class _Kernel:
         note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges) + "), loops " + " ".join(
             f"{cvars[v]}<{v.extent}" for v in looped) + (f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
         self.tasks.append(_template("task.c").substitute(
-            kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=_c_comment(note), fname=fname,
+            kernel=self.spec.name, output=oi, tensor=encode(o.name), piece=pi, extent_note=encode(note, limit=400),
+            fname=fname,
             range=rng, bindings=self._bindings(o), inner_extent=print_poly(inner_ext, names), unravel=unravel,
             body=body, row_body=row_body, advance=advance))
         total = print_poly(_prod(outer_ext + [inner_ext]), names)
@@ -391,12 +395,17 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
     for _, e in roots:
         order.extend(walk(e))
     out: list[tuple[Expr, bool]] = []
+    depth: dict[Expr, int] = {}
     for x in dict.fromkeys(order):
+        # a long chain (a = a*c + d, a thousand times) is cut into statements every _MAX_DEPTH operations: the
+        # source stays readable and gcc's time stays linear in its length
+        depth[x] = 0 if x in uses and uses[x] > 1 else 1 + max((depth[a] for a in children(x)), default=0)
         if x not in uses or not isinstance(x, (Op, Load, TableLoad, Reduce)):
             continue
         invariant = inner is not None and inner not in free_vars(x, fv)
-        if uses[x] > 1 or invariant:
+        if uses[x] > 1 or invariant or (depth[x] >= _MAX_DEPTH and isinstance(x, Op)):
             out.append((x, invariant))
+            depth[x] = 0
     return out
 
 
@@ -458,16 +467,17 @@ def _kernel_source(spec: KernelSpec) -> str:
             expect = print_poly(d, names)
             checks.append(
                 f"    if (in_dims[{si}][{axis}] != {expect}) {{\n"
-                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: input {si} ('{_c_str(i.name)}') dim {axis} "
-                f"is %lld, expected %lld ({_c_str(str(d))})\",\n"
+                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: input {si} ('{encode(i.name)}') dim {axis} "
+                f"is %lld, expected %lld ({encode(str(d))})\",\n"
                 f"                 (long long)in_dims[{si}][{axis}], (long long){expect});\n"
                 f"        return 1;\n    }}")
     for left, right, why in spec.assumptions:
         pa, pb = print_poly(left, names), print_poly(right, names)
         checks.append(
             f"    if ({pa} != {pb}) {{\n"
-            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {_c_str(str(left))} = %lld and "
-            f"{_c_str(str(right))} = %lld must be equal ({_c_str(why)}; evonnx does not broadcast one of them)\",\n"
+            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {encode(str(left))} = %lld and "
+            f"{encode(str(right))} = %lld must be equal ({encode(why, limit=240)}; "
+            f"evonnx does not broadcast one of them)\",\n"
             f"                 (long long){pa}, (long long){pb});\n"
             f"        return 1;\n    }}")
     out_dims = []
@@ -477,13 +487,13 @@ def _kernel_source(spec: KernelSpec) -> str:
     ctx_fill = [f"    c.in[{si}] = a->inputs[{si}];" for si in range(len(spec.inputs))]
     ctx_fill += [f"    c.out[{oi}] = a->outputs[{oi}];" for oi in range(len(spec.outputs))]
     ctx_fill += [f"    c.sym[{n}] = {k.sym_names[s]};" for n, s in enumerate(k.syms)]
-    io = [f" * in{si}: {_c_comment(i.name)} {i.dtype}[{', '.join(map(str, i.shape))}]"
+    io = [f" * in{si}: {encode(i.name)} {i.dtype}[{encode(', '.join(map(str, i.shape)), limit=240)}]"
           for si, i in enumerate(spec.inputs)]
     for oi, o in enumerate(spec.outputs):
-        io.append(f" * out{oi}: {_c_comment(o.name)} {o.dtype}[{', '.join(map(str, o.shape))}] reads "
-                  + _c_comment("; ".join(o.reads)))
+        io.append(f" * out{oi}: {encode(o.name)} {o.dtype}[{encode(', '.join(map(str, o.shape)), limit=240)}] reads "
+                  + encode("; ".join(o.reads), limit=400))
     return _template("kernel.c").substitute(
-        kernel=spec.name, nodes=_c_comment(", ".join(spec.source_nodes)), ops=" ".join(spec.source_ops),
+        kernel=spec.name, nodes=node_list(spec.source_nodes), ops=encode(" ".join(spec.source_ops), limit=400),
         io_comment="\n".join(io), n_in_alloc=max(1, len(spec.inputs)), n_out=len(spec.outputs),
         n_sym_alloc=max(1, len(k.syms)), n_ranges=max(1, len(k.runs)),
         tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""), tasks="".join(k.tasks),
@@ -493,23 +503,23 @@ def _kernel_source(spec: KernelSpec) -> str:
         in_ranks=", ".join(str(len(i.shape)) for i in spec.inputs) or "0",
         out_types=", ".join(str(ONNX_CODE[o.dtype]) for o in spec.outputs),
         out_ranks=", ".join(str(len(o.shape)) for o in spec.outputs),
-        n_in=len(spec.inputs))
+        n_in=len(spec.inputs), fingerprint=kernel_fingerprint(spec))
 
 
-def _c_comment(s: str) -> str:
-    return s.replace("*/", "* /")
-
-
-def _c_str(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+def node_list(nodes: Sequence[str]) -> str:
+    """The source nodes for a kernel's header comment: encoded names, the first few of a long list."""
+    shown = ", ".join(encode(n) for n in nodes[:8])
+    return shown + (f", ... {len(nodes) - 8} more" if len(nodes) > 8 else "")
 
 
 def generate(specs: Sequence[KernelSpec], model_name: str) -> str:
     """The C source of every kernel of one model, with the kernel table the runtime looks names up in."""
-    parts = [_template("prelude.c").substitute(model=_c_comment(model_name), helpers=_helpers())]
+    parts = [_template("prelude.c").substitute(model=encode(model_name), helpers=_helpers())]
     parts.extend(_kernel_source(s) for s in specs)
     table = ", ".join(f"&{s.name}_entry" for s in specs) or "0"
     parts.append(f"\nconst evo_kernel *const evo_kernel_table[] = {{{table}}};\n"
                  f"const int32_t evo_kernel_count = {len(specs)};\n"
-                 f"const char evo_library_model[] = \"{_c_str(model_name).replace('%%', '%')}\";\n")
-    return "".join(parts)
+                 f"const char evo_library_model[] = \"{encode(model_name)}\";\n")
+    source = "".join(parts)
+    lint(source, f"kernels of {encode(model_name)}")
+    return source

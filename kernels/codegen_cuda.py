@@ -37,18 +37,19 @@ from evonnx.expr import Expr, ValueTable, substitute, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs
 from evonnx.kernels.codegen_c import (
     MAX_UNROLL,
-    _c_comment,
     _helpers,
     _Kernel,
     _pieces,
     _polys,
     _prod,
     bind_symbols,
+    node_list,
     piece_loops,
     tables_in,
     temporaries,
 )
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
+from evonnx.kernels.ctext import encode, lint
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
 
@@ -136,7 +137,8 @@ class _CudaKernel:
             note += f", {unroll.extent} unrolled"
         params, args = self._params()
         device = _template("piece.cu").substitute(
-            kernel=self.spec.name, output=oi, tensor=o.name, piece=pi, extent_note=_c_comment(note), fname=fname,
+            kernel=self.spec.name, output=oi, tensor=encode(o.name), piece=pi, extent_note=encode(note, limit=400),
+            fname=fname,
             params=params, args=args, bindings=self._bindings(exts, names), unravel=_unravel(len(exts)),
             body=_body(roots, names, oi, o.dtype))
         bounded: list[Poly] = [total, *exts]
@@ -274,22 +276,24 @@ def _cuda_kernels(specs: Sequence[KernelSpec]) -> list[_CudaKernel]:
 # -- device code --------------------------------------------------------------------------------------------
 def _device_source(k: _CudaKernel) -> str:
     spec = k.spec
-    io = [f" * in{si}: {_c_comment(i.name)} {i.dtype}[{', '.join(map(str, i.shape))}]"
+    io = [f" * in{si}: {encode(i.name)} {i.dtype}[{encode(', '.join(map(str, i.shape)), limit=240)}]"
           for si, i in enumerate(spec.inputs)]
     for oi, o in enumerate(spec.outputs):
-        io.append(f" * out{oi}: {_c_comment(o.name)} {o.dtype}[{', '.join(map(str, o.shape))}] reads "
-                  + _c_comment("; ".join(o.reads)))
+        io.append(f" * out{oi}: {encode(o.name)} {o.dtype}[{encode(', '.join(map(str, o.shape)), limit=240)}] reads "
+                  + encode("; ".join(o.reads), limit=400))
     return _template("kernel.cu").substitute(
-        kernel=spec.name, nodes=_c_comment(", ".join(spec.source_nodes)), ops=" ".join(spec.source_ops),
+        kernel=spec.name, nodes=node_list(spec.source_nodes), ops=encode(" ".join(spec.source_ops), limit=400),
         io_comment="\n".join(io), tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""),
         pieces="".join(p.device for p in k.pieces))
 
 
 def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
     """The CUDA source of every kernel of one model: two `extern "C" __global__` functions per piece."""
-    parts = [_template("prelude.cu").substitute(model=_c_comment(model_name), helpers=_helpers())]
+    parts = [_template("prelude.cu").substitute(model=encode(model_name), helpers=_helpers())]
     parts.extend(_device_source(k) for k in _cuda_kernels(specs))
-    return "".join(parts)
+    source = "".join(parts)
+    lint(source, f"CUDA kernels of {encode(model_name)}")
+    return source
 
 
 # -- host code ----------------------------------------------------------------------------------------------
@@ -323,5 +327,7 @@ def generate_cuda_host(specs: Sequence[KernelSpec]) -> str:
     parts = ["\n/* ---- CUDA launch plans (codegen_cuda.generate_cuda_host) ---- */\n"
              "#ifndef EVO_WITH_CUDA\n#error \"the CUDA host code needs -DEVO_WITH_CUDA\"\n#endif\n"]
     parts.extend(_host_source(k) for k in _cuda_kernels(specs))
-    return "".join(parts)
+    source = "".join(parts)
+    lint(source, "CUDA launch plans")
+    return source
 
