@@ -32,6 +32,53 @@ class Expr:
     dtype: str
 
 
+class _Shared(Expr):
+    """Base of the expression nodes with children (`Op`, `Reduce`). Expressions are DAGs: `a = a*a + a` twelve
+    times over is 25 nodes but 3^12 paths. The generated hash and equality of a frozen dataclass walk every
+    path, so these nodes cache their hash, and two distinct but equal nodes, once compared, remember that they
+    are equal (the later one points to the earlier one), so comparing two equal DAGs visits each node once."""
+
+    __slots__ = ("_hash", "_same")
+    _hash: int
+    _same: Expr
+
+    def _key(self) -> tuple:
+        raise NotImplementedError
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            h = hash((type(self), self._key()))
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def _root(self) -> Expr:
+        x: Expr = self
+        while True:
+            try:
+                x = x._same  # type: ignore[attr-defined]
+            except AttributeError:
+                return x
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        a, b = self._root(), other._root()  # type: ignore[attr-defined]
+        if a is b:
+            return True
+        if hash(a) != hash(b) or a._key() != b._key():  # type: ignore[attr-defined]
+            return False
+        object.__setattr__(b, "_same", a)
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+
 @dataclass(frozen=True, slots=True)
 class Const(Expr):
     value: float | int | bool
@@ -77,19 +124,22 @@ class IndexVal(Expr):
         return f"({self.poly})"
 
 
-@dataclass(frozen=True, slots=True)
-class Op(Expr):
+@dataclass(frozen=True, slots=True, eq=False)
+class Op(_Shared):
     op: str
     args: tuple[Expr, ...]
     dtype: str
     attr: float | int | str | None = None  # Cast target, Mod's fmod, etc. when not in dtype
 
+    def _key(self) -> tuple:
+        return (self.op, self.dtype, self.attr, self.args)
+
     def __str__(self) -> str:
         return f"{self.op}(" + ", ".join(str(a) for a in self.args) + ")"
 
 
-@dataclass(frozen=True, slots=True)
-class Reduce(Expr):
+@dataclass(frozen=True, slots=True, eq=False)
+class Reduce(_Shared):
     """`op` of `body` over the loop variable `var` (bound here): sum, prod, max, min, argmax, argmin."""
 
     op: str
@@ -97,6 +147,9 @@ class Reduce(Expr):
     body: Expr
     dtype: str
     attr: int = 0  # argmax/argmin: 1 selects the last index of the extreme value
+
+    def _key(self) -> tuple:
+        return (self.op, self.dtype, self.attr, self.var, self.body)
 
     def __str__(self) -> str:
         return f"{self.op}[{self.var}]({self.body})"
@@ -114,15 +167,11 @@ EXACT_OPS = ARITH - {"pow"} | COMPARE | LOGIC | UNARY_EXACT | {"where", "cast", 
 
 def is_exact(e: Expr) -> bool:
     """True when every operation of `e` rounds exactly as onnxruntime does (IEEE basic arithmetic)."""
-    if isinstance(e, Reduce):
-        # onnxruntime sums floats in its own (vectorised) order; max/min/argmax and integer sums are exact
-        if e.op in ("sum", "prod") and e.dtype in FLOATS:
+    for x in walk(e):
+        if isinstance(x, Reduce) and x.op in ("sum", "prod") and x.dtype in FLOATS:
+            return False  # onnxruntime sums floats in its own (vectorised) order; max/min/argmax are exact
+        if isinstance(x, Op) and (x.op not in EXACT_OPS or (x.op == "mod" and x.dtype in FLOATS)):
             return False
-        return is_exact(e.body)
-    if isinstance(e, Op):
-        if e.op not in EXACT_OPS or (e.op == "mod" and e.dtype in FLOATS):
-            return False
-        return all(is_exact(a) for a in e.args)
     return True
 
 
@@ -299,21 +348,29 @@ def free_vars(e: Expr, memo: dict | None = None) -> frozenset:
     return out
 
 
+def children(x: Expr) -> tuple[Expr, ...]:
+    if isinstance(x, Op):
+        return x.args
+    if isinstance(x, Reduce):
+        return (x.body,)
+    return ()
+
+
 def walk(e: Expr) -> list[Expr]:
-    """Every subexpression of `e`, children before parents, each once."""
+    """Every subexpression of `e`, children before parents, each once (iterative: chains may be deep)."""
     seen: dict[Expr, None] = {}
-
-    def go(x: Expr) -> None:
-        if x in seen:
-            return
-        if isinstance(x, Op):
-            for a in x.args:
-                go(a)
-        elif isinstance(x, Reduce):
-            go(x.body)
-        seen[x] = None
-
-    go(e)
+    stack: list[tuple[Expr, int]] = [(e, 0)]
+    while stack:
+        x, k = stack.pop()
+        if k == 0 and x in seen:
+            continue
+        kids = children(x)
+        if k < len(kids):
+            stack.append((x, k + 1))
+            if kids[k] not in seen:
+                stack.append((kids[k], 0))
+        else:
+            seen[x] = None
     return list(seen)
 
 
