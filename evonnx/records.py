@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
-from evonnx.expr import Expr
+from evonnx.expr import Const, Expr, IndexVal, Load, Op, Reduce, TableLoad, walk
 from evonnx.index import Poly
 
 
@@ -63,3 +64,42 @@ class KernelSpec:
     source_ops: tuple[str, ...]
     exact: bool  # every operation rounds exactly as onnxruntime does: outputs must match bit for bit
     assumptions: tuple[tuple[Poly, Poly, str], ...] = ()  # sizes that must be equal at run time, and why
+
+
+def kernel_fingerprint(spec: KernelSpec) -> str:
+    """A digest of everything a kernel computes: its name, input and output types and shapes, every element
+    expression, and the run-time checks. The rewritten node and the library's kernel both carry it, and the
+    library refuses a node whose digest differs, so a model is never run with another model's kernels.
+
+    Expressions are DAGs; each node is hashed once, named by its position in a children-first walk."""
+    h = hashlib.sha256()
+
+    def put(*parts: object) -> None:
+        h.update(repr(parts).encode())
+        h.update(b"\n")
+
+    put("kernel", spec.name, spec.exact)
+    for i in spec.inputs:
+        put("in", i.name, i.dtype, tuple(map(str, i.shape)))
+    for a, b, _ in spec.assumptions:
+        put("assume", str(a), str(b))
+    for o in spec.outputs:
+        put("out", o.name, o.dtype, tuple(map(str, o.shape)), tuple(map(str, o.index)))
+        ids: dict[Expr, int] = {}
+        for x in walk(o.expr):
+            ids[x] = len(ids)
+            if isinstance(x, Const):
+                put("c", type(x.value).__name__, repr(x.value), x.dtype)
+            elif isinstance(x, Load):
+                put("ld", x.slot, str(x.index), x.dtype)
+            elif isinstance(x, TableLoad):
+                put("tl", x.table.dtype, x.table.values, str(x.index), x.dtype)
+            elif isinstance(x, IndexVal):
+                put("iv", str(x.poly), x.dtype)
+            elif isinstance(x, Op):
+                put("op", x.op, x.dtype, repr(x.attr), tuple(ids[a] for a in x.args))
+            elif isinstance(x, Reduce):
+                put("red", x.op, str(x.var), x.dtype, x.attr, ids[x.body])
+            else:
+                put("?", type(x).__name__, str(x))
+    return h.hexdigest()[:32]

@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 from evonnx.index import Poly, Sym
 from evonnx.model import DOMAIN
 from evonnx.passes.analyze import Analysis
-from evonnx.records import KernelSpec
+from evonnx.records import KernelSpec, kernel_fingerprint
 
 FUSED_OP = "Fused"
 
@@ -44,7 +44,8 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
             t.dtype = np.dtype(o.dtype)
             t.shape = [_dim(d, an) for d in o.shape]
             outs.append(t)
-        g.nodes.append(gs.Node(op=FUSED_OP, name=spec.name, domain=DOMAIN, attrs={"kernel": spec.name},
+        attrs = {"kernel": spec.name, "fingerprint": kernel_fingerprint(spec)}
+        g.nodes.append(gs.Node(op=FUSED_OP, name=spec.name, domain=DOMAIN, attrs=attrs,
                                inputs=[tensors[i.name] for i in spec.inputs], outputs=outs))
     _fold_known(g, an)
     g.cleanup(remove_unused_graph_inputs=False).toposort()

@@ -79,9 +79,12 @@ typedef struct evo_kernel {
                  char *err);
     /* Computes every output. Returns 0, or non-zero after writing a message into err. */
     int (*compute)(const evo_args *args, char *err);
-    /* The CUDA side of this kernel, or NULL when the library was built for the CPU only. Keep it last, so a
-     * CPU-only initializer that omits it leaves it NULL. */
+    /* The CUDA side of this kernel, or NULL when the library was built for the CPU only. */
     const evo_cuda_kernel *cuda;
+    /* A digest of what the kernel computes (records.kernel_fingerprint). The Fused node carries the same string
+     * in its attribute `fingerprint`; a node whose fingerprint differs, or is missing, is refused when the session
+     * is created, so one model's library never runs another model's nodes. */
+    const char *fingerprint;
 } evo_kernel;
 
 /* Defined by the generated kernels object of each model library. */

@@ -30,6 +30,7 @@ namespace {
 constexpr const char* kDomain = "ai.evonnx";
 constexpr const char* kOpName = "Fused";
 constexpr const char* kKernelAttribute = "kernel";
+constexpr const char* kFingerprintAttribute = "fingerprint";
 constexpr size_t kMessageLen = EVO_ERRLEN + 512;  // a kernel's message plus our context around it
 constexpr size_t kInlineTensors = 16;              // inputs/outputs handled without a heap allocation
 constexpr int kListedKernels = 5;                  // how many available kernels a lookup error lists
@@ -154,20 +155,20 @@ OrtStatus* read_node_name(const OrtApi* api, const OrtKernelInfo* info, std::str
     return nullptr;
 }
 
-OrtStatus* read_kernel_attribute(const OrtApi* api, const OrtKernelInfo* info, const std::string& node,
-                                 std::string* out) {
+OrtStatus* read_string_attribute(const OrtApi* api, const OrtKernelInfo* info, const std::string& node,
+                                 const char* attribute, std::string* out) {
     size_t size = 0;
-    OrtStatus* status = api->KernelInfoGetAttribute_string(info, kKernelAttribute, nullptr, &size);
+    OrtStatus* status = api->KernelInfoGetAttribute_string(info, attribute, nullptr, &size);
     if (status != nullptr) {
         OrtStatus* missing = make_status(api, ORT_INVALID_ARGUMENT,
                                          "evonnx: node '%s' (%s::%s) has no string attribute '%s' (%s)",
-                                         node.c_str(), kDomain, kOpName, kKernelAttribute,
+                                         node.c_str(), kDomain, kOpName, attribute,
                                          api->GetErrorMessage(status));
         api->ReleaseStatus(status);
         return missing;
     }
     out->assign(size, '\0');
-    EVO_RETURN_IF_ERROR(api->KernelInfoGetAttribute_string(info, kKernelAttribute, &(*out)[0], &size));
+    EVO_RETURN_IF_ERROR(api->KernelInfoGetAttribute_string(info, attribute, &(*out)[0], &size));
     out->resize(size > 0 ? size - 1 : 0);
     return nullptr;
 }
@@ -224,9 +225,20 @@ OrtStatus* check_node_signature(const OrtApi* api, const OrtKernelInfo* info, co
 OrtStatus* create_fused_kernel(const OrtApi* api, const OrtKernelInfo* info, FusedKernel** out) {
     std::string node, name;
     EVO_RETURN_IF_ERROR(read_node_name(api, info, &node));
-    EVO_RETURN_IF_ERROR(read_kernel_attribute(api, info, node, &name));
+    EVO_RETURN_IF_ERROR(read_string_attribute(api, info, node, kKernelAttribute, &name));
     const evo_kernel* k = find_kernel(name.c_str());
     if (k == nullptr) return unknown_kernel_status(api, node, name);
+    // The kernel's name alone does not say what it computes: two models can have kernels of the same name.
+    std::string fingerprint;
+    EVO_RETURN_IF_ERROR(read_string_attribute(api, info, node, kFingerprintAttribute, &fingerprint));
+    if (k->fingerprint == nullptr || fingerprint != k->fingerprint) {
+        return make_status(api, ORT_INVALID_ARGUMENT,
+                           "evonnx: node '%s' needs kernel '%s' with fingerprint %s, but this library (built for "
+                           "model '%s') has fingerprint %s for it: the model and the library do not belong "
+                           "together. Register the library 'evonnx optimize' wrote next to this model",
+                           node.c_str(), name.c_str(), fingerprint.c_str(), evo_library_model,
+                           k->fingerprint != nullptr ? k->fingerprint : "(none)");
+    }
     EVO_RETURN_IF_ERROR(check_node_signature(api, info, *k, node));
     *out = new FusedKernel{api, k, std::move(node)};
     return nullptr;

@@ -46,7 +46,7 @@ static int add_compute(const evo_args *a, char *err) {
 }
 
 static const evo_kernel k_add_index = {"k_add_index", 2, 2, add_in_types, add_in_ranks, add_out_types,
-                                       add_out_ranks, add_infer, add_compute};
+                                       add_out_ranks, add_infer, add_compute, NULL, "test-k_add_index"};
 
 /* k_scale_rows: x float [N,4] -> y float [N,4] = 2x + 1, in tasks of 64 rows through parallel_for. */
 enum { ROWS_PER_TASK = 64 };
@@ -85,7 +85,7 @@ static int scale_compute(const evo_args *a, char *err) {
 }
 
 static const evo_kernel k_scale_rows = {"k_scale_rows", 1, 1, scale_types, scale_ranks, scale_types,
-                                        scale_ranks, scale_infer, scale_compute};
+                                        scale_ranks, scale_infer, scale_compute, NULL, "test-k_scale_rows"};
 
 /* k_thread_ids: x float [T] -> tid int64 [T]: task i busy-waits about 1 ms, then writes the id of the thread
  * that ran it, so a test can see whether parallel_for reached more than one thread. */
@@ -113,7 +113,7 @@ static int tid_compute(const evo_args *a, char *err) {
 }
 
 static const evo_kernel k_thread_ids = {"k_thread_ids", 1, 1, tid_in_types, tid_ranks, tid_out_types, tid_ranks,
-                                        tid_infer, tid_compute};
+                                        tid_infer, tid_compute, NULL, "test-k_thread_ids"};
 
 /* k_fail: x float [N] -> y float [N]; compute always fails, to test how kernel errors reach the caller. */
 static int fail_compute(const evo_args *a, char *err) {
@@ -122,7 +122,7 @@ static int fail_compute(const evo_args *a, char *err) {
 }
 
 static const evo_kernel k_fail = {"k_fail", 1, 1, tid_in_types, tid_ranks, tid_in_types, tid_ranks,
-                                  tid_infer, fail_compute};
+                                  tid_infer, fail_compute, NULL, "test-k_fail"};
 
 const evo_kernel *const evo_kernel_table[] = {&k_add_index, &k_scale_rows, &k_thread_ids, &k_fail};
 const int32_t evo_kernel_count = 4;

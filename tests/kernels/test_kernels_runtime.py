@@ -154,3 +154,27 @@ def test_compute_error_reaches_the_caller(kernel_library: Path) -> None:
     session = _session(model, kernel_library)
     with pytest.raises(Exception, match="node 'fused_0': k_fail: deliberate failure at N=7"):
         session.run(None, {"x": np.zeros(7, np.float32)})
+
+
+def _with_fingerprint(model: onnx.ModelProto, fingerprint: str | None) -> onnx.ModelProto:
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name != "fingerprint"]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    if fingerprint is not None:
+        node.attribute.append(helper.make_attribute("fingerprint", fingerprint))
+    return model
+
+
+def test_node_with_another_fingerprint_is_refused(kernel_library: Path) -> None:
+    # the kernel name matches, but the node was written for a kernel that computes something else
+    model = _with_fingerprint(fused_model("k_add_index", ADD_INDEX_INPUTS, ADD_INDEX_OUTPUTS), "0123abcd")
+    with pytest.raises(Exception, match="needs kernel 'k_add_index' with fingerprint 0123abcd, but this library "
+                                        "\\(built for model 'test_model.onnx'\\) has fingerprint test-k_add_index"):
+        _session(model, kernel_library)
+
+
+def test_node_without_fingerprint_is_refused(kernel_library: Path) -> None:
+    model = _with_fingerprint(fused_model("k_add_index", ADD_INDEX_INPUTS, ADD_INDEX_OUTPUTS), None)
+    with pytest.raises(Exception, match="node 'fused_0' \\(ai.evonnx::Fused\\) has no string attribute 'fingerprint'"):
+        _session(model, kernel_library)
