@@ -354,10 +354,9 @@ def is_nonneg(p: PolyLike, depth: int = 0) -> bool:
     if p.const is not None:
         return p.const >= 0
     if all(isinstance(a, Sym) for m, _ in p.terms for a in m):
-        # Sizes are taken as >= 1 in proofs (a loop over an empty axis runs no iteration, and `infer` checks
-        # output sizes at run time): substitute s = s' + 1 and require every coefficient to be >= 0.
-        shifted = subs(p, {a: Poly.of(a) + 1 for a in p.syms()})
-        return all(c >= 0 for _, c in shifted.terms)
+        # Sizes are only known to be >= 0: a size can be 0 at run time (no detections), and onnxruntime then
+        # computes empty tensors, or fails, exactly by the formulas. Every coefficient must be >= 0.
+        return all(c >= 0 for _, c in p.terms)
     lo, _ = bounds(p, depth + 1)
     return lo is not None and lo != p and is_nonneg(lo, depth + 1)
 

@@ -56,6 +56,20 @@ class KernelOutput:
 
 
 @dataclass(frozen=True)
+class SizeCheck:
+    """A fact about run-time sizes that a kernel's plan relies on; the kernel checks it before it touches memory
+    and fails the Run, naming it, when it does not hold: `lhs == rhs` (kind "eq", e.g. two symbolic sizes that
+    broadcast against each other) or `lhs <= rhs` (kind "le", e.g. a constant Gather index within a symbolic
+    axis). A check with `unless` holds trivially when `unless` is 0 at run time (an empty index grid)."""
+
+    kind: str
+    lhs: Poly
+    rhs: Poly
+    why: str
+    unless: Poly | None = None
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str
     inputs: tuple[KernelInput, ...]
@@ -63,7 +77,7 @@ class KernelSpec:
     source_nodes: tuple[str, ...]
     source_ops: tuple[str, ...]
     exact: bool  # every operation rounds exactly as onnxruntime does: outputs must match bit for bit
-    assumptions: tuple[tuple[Poly, Poly, str], ...] = ()  # sizes that must be equal at run time, and why
+    checks: tuple[SizeCheck, ...] = ()  # size facts the plan relies on, checked at run time
 
 
 def kernel_fingerprint(spec: KernelSpec) -> str:
@@ -81,8 +95,8 @@ def kernel_fingerprint(spec: KernelSpec) -> str:
     put("kernel", spec.name, spec.exact)
     for i in spec.inputs:
         put("in", i.name, i.dtype, tuple(map(str, i.shape)))
-    for a, b, _ in spec.assumptions:
-        put("assume", str(a), str(b))
+    for c in spec.checks:
+        put("check", c.kind, str(c.lhs), str(c.rhs), str(c.unless))
     for o in spec.outputs:
         put("out", o.name, o.dtype, tuple(map(str, o.shape)), tuple(map(str, o.index)))
         ids: dict[Expr, int] = {}

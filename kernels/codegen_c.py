@@ -156,8 +156,8 @@ class _Kernel:
             for x in walk(o.expr):
                 for p in _polys(x):
                     syms |= p.syms()
-        for a, b, _ in spec.assumptions:
-            syms |= a.syms() | b.syms()
+        for c in spec.checks:
+            syms |= c.lhs.syms() | c.rhs.syms() | (c.unless.syms() if c.unless is not None else set())
         self.syms = sorted(syms, key=lambda s: s.name)
         self.sym_names = {s: f"s{k}" for k, s in enumerate(self.syms)}
         self.tables: dict[object, str] = {}
@@ -471,18 +471,36 @@ def _kernel_source(spec: KernelSpec) -> str:
                 f"is %lld, expected %lld ({encode(str(d))})\",\n"
                 f"                 (long long)in_dims[{si}][{axis}], (long long){expect});\n"
                 f"        return 1;\n    }}")
-    for left, right, why in spec.assumptions:
-        pa, pb = print_poly(left, names), print_poly(right, names)
-        checks.append(
-            f"    if ({pa} != {pb}) {{\n"
-            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {encode(str(left))} = %lld and "
-            f"{encode(str(right))} = %lld must be equal ({encode(why, limit=240)}; "
-            f"evonnx does not broadcast one of them)\",\n"
-            f"                 (long long){pa}, (long long){pb});\n"
-            f"        return 1;\n    }}")
+    for c in spec.checks:
+        pa, pb = print_poly(c.lhs, names), print_poly(c.rhs, names)
+        if c.kind == "eq":
+            checks.append(
+                f"    if ({pa} != {pb}) {{\n"
+                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {encode(str(c.lhs))} = %lld and "
+                f"{encode(str(c.rhs))} = %lld must be equal ({encode(c.why, limit=240)}; "
+                f"evonnx does not broadcast one of them)\",\n"
+                f"                 (long long){pa}, (long long){pb});\n"
+                f"        return 1;\n    }}")
+        else:
+            unless = f"{print_poly(c.unless, names)} != 0 && " if c.unless is not None else ""
+            checks.append(
+                f"    if ({unless}{pa} > {pb}) {{\n"
+                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: {encode(c.why, limit=240)}: needs "
+                f"{encode(str(c.lhs))} <= {encode(str(c.rhs))}, but %lld > %lld (onnxruntime fails this node "
+                f"too)\",\n"
+                f"                 (long long){pa}, (long long){pb});\n"
+                f"        return 1;\n    }}")
     out_dims = []
     for oi, o in enumerate(spec.outputs):
         for a, d in enumerate(o.shape):
+            for den in _size_divisors(d):
+                pd = print_poly(den, names)
+                checks.append(
+                    f"    if ({pd} == 0) {{\n"
+                    f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: output {oi} dim {a} is "
+                    f"{encode(str(d), limit=160)}, but {encode(str(den))} is 0 (onnxruntime fails here too: a Reshape "
+                    f"cannot infer -1 from 0 elements)\");\n"
+                    f"        return 1;\n    }}")
             out_dims.append(f"    out_dims[{oi}][{a}] = {print_poly(d, names)};")
     ctx_fill = [f"    c.in[{si}] = a->inputs[{si}];" for si in range(len(spec.inputs))]
     ctx_fill += [f"    c.out[{oi}] = a->outputs[{oi}];" for oi in range(len(spec.outputs))]
@@ -504,6 +522,17 @@ def _kernel_source(spec: KernelSpec) -> str:
         out_types=", ".join(str(ONNX_CODE[o.dtype]) for o in spec.outputs),
         out_ranks=", ".join(str(len(o.shape)) for o in spec.outputs),
         n_in=len(spec.inputs), fingerprint=kernel_fingerprint(spec))
+
+
+def _size_divisors(p: Poly) -> list[Poly]:
+    """The divisors of `p` that are not constants (sizes), innermost first."""
+    out: list[Poly] = []
+    for a in p.atoms():
+        if isinstance(a, (FloorDiv, Mod)):
+            out.extend(_size_divisors(a.num) + _size_divisors(a.den))
+            if a.den.const is None:
+                out.append(a.den)
+    return list(dict.fromkeys(out))
 
 
 def node_list(nodes: Sequence[str]) -> str:

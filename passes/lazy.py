@@ -28,7 +28,8 @@ from evonnx.expr import (
     index_val,
     where,
 )
-from evonnx.index import Poly, PolyLike, Table, floordiv, lookup, mod, product, var
+from evonnx.index import Poly, PolyLike, Table, floordiv, is_le, lookup, mod, product, var
+from evonnx.records import SizeCheck
 from evonnx.view import View
 
 Index = tuple[Poly, ...]
@@ -315,19 +316,36 @@ def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
     return remap(x, shape, m, v)
 
 
-# Size equalities a kernel assumes and checks at run time (numpy broadcasting of two symbolic sizes neither of
-# which is provably 1). `lower_groups` collects them per group; analysis alone discards them.
-_assumptions: ContextVar[list[tuple[Poly, Poly, str]] | None] = ContextVar("assumptions", default=None)
+# Size facts a kernel relies on and checks at run time (numpy broadcasting of two symbolic sizes neither of which
+# is provably 1; constant indices within symbolic axes). `lower_groups` collects them per group; analysis alone
+# discards them.
+_checks: ContextVar[list[SizeCheck] | None] = ContextVar("checks", default=None)
 
 
 @contextmanager
-def collect_assumptions() -> Iterator[list[tuple[Poly, Poly, str]]]:
-    found: list[tuple[Poly, Poly, str]] = []
-    token = _assumptions.set(found)
+def collect_checks() -> Iterator[list[SizeCheck]]:
+    found: list[SizeCheck] = []
+    token = _checks.set(found)
     try:
         yield found
     finally:
-        _assumptions.reset(token)
+        _checks.reset(token)
+
+
+def require_le(lhs: Poly, rhs: Poly, why: str, unless: Poly | None = None) -> None:
+    """Rely on `lhs <= rhs` (unless `unless` is 0): nothing when proven, a run-time check when it depends on
+    sizes, and Reject when it is false for every size (onnxruntime fails that node on every run)."""
+    lhs, rhs = Poly.of(lhs), Poly.of(rhs)
+    if is_le(lhs, rhs) or (unless is not None and unless.const == 0):
+        return
+    diff = rhs - lhs
+    if diff.const is not None and (unless is None or unless.const is not None):
+        raise Reject(f"{why}: never holds")
+    if diff.vars() or (unless is not None and unless.vars()):
+        raise Reject(f"{why}: cannot be checked at run time")
+    collected = _checks.get()
+    if collected is not None:
+        collected.append(SizeCheck("le", lhs, rhs, why, unless))
 
 
 def broadcast_shapes(shapes: Sequence[Sequence[Poly]], what: str) -> tuple[Poly, ...]:
@@ -342,10 +360,10 @@ def broadcast_shapes(shapes: Sequence[Sequence[Poly]], what: str) -> tuple[Poly,
         if len(dims) > 1:
             # Two different symbolic sizes: valid ONNX needs them equal (or one of them 1, which evonnx does not
             # handle). Assume the first and make the kernel check the equality at run time.
-            collected = _assumptions.get()
+            collected = _checks.get()
             for d in dims[1:]:
                 if collected is not None:
-                    collected.append((dims[0], d, what))
+                    collected.append(SizeCheck("eq", dims[0], d, what))
         out.append(dims[0] if dims else Poly.of(1))
     return tuple(out)
 

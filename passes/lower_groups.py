@@ -9,6 +9,7 @@ reads it; a fused kernel reads only its data inputs, so shape arithmetic feeding
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import onnx_graphsurgeon as gs
 
@@ -19,7 +20,7 @@ from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import VALUE_INPUTS, Value, lower_node
-from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec
+from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec, SizeCheck
 
 
 def _group_inputs(nodes: Sequence[gs.Node], an: Analysis) -> list[str]:
@@ -70,7 +71,7 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
     nodes = [by_name[x] for x in group.nodes]
     slots: dict[str, int] = {}
     env: dict[str, Lazy] = {}
-    assumptions: list[tuple[Poly, Poly, str]] = []
+    checks: list[SizeCheck] = []
     for node in nodes:
         args: list[Lazy | None] = []
         vals: list[Value | None] = []
@@ -95,9 +96,9 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
                 slot = slots.setdefault(t.name, len(slots))
                 args.append(L.source(slot, info.dtype, info.shape))
         try:
-            with L.collect_assumptions() as found:
+            with L.collect_checks() as found:
                 outs = lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
-            assumptions.extend((a, b, f"{why} in node '{node.name}'") for a, b, why in found)
+            checks.extend(replace(c, why=f"{c.why} in node '{node.name}'") for c in found)
         except Reject as r:
             raise InternalError(f"node '{node.name}' lowered alone but not in group {group.name}: {r}") from r
         for t, lz in zip(node.outputs, outs):
@@ -115,17 +116,17 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
     if not outputs:
         return None
     inputs = [KernelInput(name, an.tensors[name].dtype or "", an.tensors[name].shape or ()) for name in slots]
-    _bind_symbols(inputs, outputs, an, assumptions)
+    _bind_symbols(inputs, outputs, an, checks)
     return KernelSpec(group.name, tuple(inputs), tuple(outputs), group.nodes, group.ops,
                       all(is_exact(o.expr) for o in outputs),
-                      tuple({(a, b): (a, b, why) for a, b, why in assumptions}.values()))
+                      tuple({(c.kind, c.lhs, c.rhs, c.unless): c for c in checks}.values()))
 
 
 def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput],
-             assumptions: Sequence[tuple[Poly, Poly, str]] = ()) -> set[Sym]:
+             checks: Sequence[SizeCheck] = ()) -> set[Sym]:
     out: set[Sym] = set()
-    for a, b, _ in assumptions:
-        out |= a.syms() | b.syms()
+    for c in checks:
+        out |= c.lhs.syms() | c.rhs.syms() | (c.unless.syms() if c.unless is not None else set())
     for o in outputs:
         for d in o.shape:
             out |= d.syms()
@@ -142,10 +143,10 @@ def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput],
 
 
 def _bind_symbols(inputs: list[KernelInput], outputs: Sequence[KernelOutput], an: Analysis,
-                  assumptions: Sequence[tuple[Poly, Poly, str]] = ()) -> None:
+                  checks: Sequence[SizeCheck] = ()) -> None:
     """Every size symbol a kernel uses must be readable from one of its inputs' dims at run time; when none
     has it, the tensor it came from becomes an extra input (only its shape is read)."""
-    for s in sorted(_syms_of(outputs, inputs, assumptions), key=lambda s: s.name):
+    for s in sorted(_syms_of(outputs, inputs, checks), key=lambda s: s.name):
         if any(Poly.of(s) in i.shape for i in inputs):
             continue
         origin = an.sym_origin.get(s.name)

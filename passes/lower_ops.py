@@ -239,6 +239,8 @@ def _reshape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[L
         raise Reject("Reshape shape has more than one -1")
     if None in out:
         known_part = product(d for d in out if d is not None)
+        # onnxruntime cannot infer -1 when the other dims multiply to 0, and fails the Run
+        L.require_le(Poly.of(1), known_part, "Reshape cannot infer -1 when the other dims multiply to 0")
         inferred = floordiv(total, known_part)
         if inferred * known_part != total:
             raise Reject("Reshape's inferred dimension is not provably exact")
@@ -347,10 +349,16 @@ def _gather(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[La
         raise Reject("Gather indices are data-dependent")
     d = x.shape[axis].const
     if d is None:
-        if (ind < 0).any():
+        # onnxruntime fails the Run when an index is out of range: the kernel checks the same at run time
+        dim = x.shape[axis]
+        lo, hi = (int(ind.min()), int(ind.max())) if ind.size else (0, -1)
+        if lo >= 0:
+            L.require_le(Poly.of(hi + 1), dim, f"Gather index {hi} must be below the size of axis {axis}")
+        elif ind.ndim == 0:
+            L.require_le(Poly.of(-lo), dim, f"Gather index {lo} must be within the size of axis {axis}")
+            return [L.select(x, axis, dim + lo)]
+        else:
             raise Reject("Gather with negative indices on a symbolic axis")
-        if ind.size and ind.max() >= 1:
-            raise Reject("Gather on a symbolic axis cannot prove its indices in range")
     else:
         if ((ind < -d) | (ind >= d)).any():
             raise Reject(f"Gather index out of range for axis size {d}")
@@ -654,6 +662,9 @@ def _scatter_nd(op: str, attrs: dict, args: list, vals: list, n_out: int) -> lis
     grid = _affine_grid(es, pvars, op)
     if upd.shape != tuple(ind.shape[:-1]) + tuple(data.shape[k:]):
         raise Reject("ScatterND updates shape does not match indices and data")
+    for j, (pv, off, step) in enumerate(grid):
+        _require_in_range(off, step, ind.shape[pvars.index(pv)] if pv is not None else None, data.shape[j],
+                          f"{op} indices on axis {j}")
 
     def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
         conds: list[Expr] = []
@@ -666,6 +677,25 @@ def _scatter_nd(op: str, attrs: dict, args: list, vals: list, n_out: int) -> lis
         return _all(conds), tuple(pos[pv] for pv in pvars) + tuple(idx[k:])
 
     return [_write(data, upd.fn, conds_of, reduction)]
+
+
+def _numel(shape: Sequence[Poly]) -> Poly:
+    out = Poly.of(1)
+    for d in shape:
+        out = out * d
+    return out
+
+
+def _require_in_range(off: Poly, step: int, extent: Poly | None, dim: Poly, what: str) -> None:
+    """The written positions `off + step*p`, p in [0, extent) (or `off` alone), lie in [0, dim): onnxruntime fails
+    the Run otherwise, so the kernel must fail it too rather than write out of bounds."""
+    if extent is None:
+        lo = hi = off
+    else:
+        last = off + (extent - 1) * step
+        lo, hi = (off, last) if step > 0 else (last, off)
+    L.require_le(Poly(), lo, f"{what} must not be negative", unless=extent)
+    L.require_le(hi + 1, dim, f"{what} must be below the axis size", unless=extent)
 
 
 def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
@@ -694,6 +724,12 @@ def _scatter_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) 
     (pv, off, step), = _affine_grid([e], [pvars[axis]], op)
     if any(a in (E.as_integer(e) or Poly()).atoms() for o in others if (a := o.atom()) is not None):
         raise Reject("ScatterElements indices depend on other axes")
+    _require_in_range(off, step, ind.shape[axis] if pv is not None else None, data.shape[axis],
+                      f"{op} indices on axis {axis}")
+    for n in range(data.rank):
+        if n != axis:
+            L.require_le(ind.shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}",
+                         unless=_numel(ind.shape))
 
     def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
         conds: list[Expr] = []

@@ -26,11 +26,16 @@
 #define EVO_PAR_MIN 32768
 
 /* Index arithmetic: floor division and floor modulo (C's / and % truncate). */
+/* A divisor of 0 is reached only in loops that run no iteration (infer checks the divisors of output sizes),
+ * and -1 would trap on INT64_MIN: neither reaches the hardware division. */
 static inline int64_t evo_fdiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return (int64_t)(0 - (uint64_t)a);
     int64_t q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 static inline int64_t evo_fmod(int64_t a, int64_t b) {
+    if (b == 0 || b == -1) return 0;
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }

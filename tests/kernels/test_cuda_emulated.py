@@ -171,11 +171,12 @@ def _misaligned(shape: tuple[int, ...], dtype: np.dtype, shift: int) -> np.ndarr
 def _sizes(spec: KernelSpec, syms: list[str], size: int) -> dict[str, int]:
     """Every size symbol `size`, then those the kernel's assumptions tie to others (3*H*W = N) set to match."""
     env = dict.fromkeys(syms, size)
-    for a, b in [(a, b) for a, b, _ in spec.assumptions] + [(b, a) for a, b, _ in spec.assumptions]:
+    eqs = [(c.lhs, c.rhs) for c in spec.checks if c.kind == "eq"]
+    for a, b in eqs + [(b, a) for a, b in eqs]:
         atom = b.atom()
         if isinstance(atom, Sym) and not (a.syms() & {atom}):
             env[atom.name] = evaluate(a, env)
-    assert all(evaluate(a, env) == evaluate(b, env) for a, b, _ in spec.assumptions), spec.assumptions
+    assert all(evaluate(a, env) == evaluate(b, env) for a, b in eqs), spec.checks
     return env
 
 
