@@ -2,13 +2,75 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from evonnx.errors import EvonnxError
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_ERROR = 1  # an EvonnxError: bad input, a failed check, a failed build, an unwritable output
+EXIT_INTERNAL = 70  # a bug in evonnx (sysexits' EX_SOFTWARE)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGINT/SIGTERM: raise KeyboardInterrupt once, so every `finally` removes its temporary files; a second
+    signal would interrupt that cleanup, so both are ignored from then on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(signum)
+
+
+def _one_line_failures(command: F) -> F:
+    """Every failure of `command` is one line on stderr and a non-zero exit: `evonnx: error: ...` (exit 1) for
+    an EvonnxError, `evonnx: error: interrupted` (exit 128 + signal) for Ctrl-C or SIGTERM, and
+    `evonnx: internal error: ...` (exit 70) for anything else, a bug, whose traceback -vv shows."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        # onnxruntime's telemetry writes a `.ses` file into the temp folder when it is imported (imports are lazy).
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+        main_thread = threading.current_thread() is threading.main_thread()
+        # a signal the parent ignores (a background job's SIGINT, nohup) stays ignored
+        saved = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)
+                 if main_thread and signal.getsignal(s) is not signal.SIG_IGN}
+        try:
+            return command(*args, **kwargs)
+        except EvonnxError as e:
+            first, _, rest = str(e).partition("\n")
+            if rest:
+                log.info("%s", rest)
+            hint = " (-v shows more)" if rest and not log.isEnabledFor(logging.INFO) else ""
+            click.echo(f"evonnx: error: {first}{hint}", err=True)
+            sys.exit(EXIT_ERROR)
+        except KeyboardInterrupt as e:
+            signum = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
+            click.echo("evonnx: error: interrupted", err=True)
+            sys.exit(128 + signum)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors: click reports them itself
+        except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback at -vv
+            log.debug("traceback of the internal error:", exc_info=True)
+            first = (str(e).strip().splitlines() or [""])[0]
+            click.echo(f"evonnx: internal error: {type(e).__name__}: {first} (a bug in evonnx; rerun with -vv "
+                       f"for the traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
+        finally:
+            for s, handler in saved.items():
+                signal.signal(s, handler)
+
+    return run  # type: ignore[return-value]
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -54,52 +116,43 @@ def main(verbose: int) -> None:
                    "[default: both when a GPU is visible, else cpu]")
 @click.option("--cuda-arch", "cuda_archs", default="sm_80,sm_90", show_default=True,
               help="CUDA architectures for the CUBINs (PTX for the newest is added).")
+@_one_line_failures
 def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, ...], input_shapes: tuple[str, ...],
              dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...], planner: str,
              report: Path | None, target: str | None, cuda_archs: str) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
 
+    sizes = {k: _ints(v, "--dim")[0] for k, v in _pairs(dims, "--dim").items()}
+    shapes = {k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
     if target is None:
         from evonnx.kernels.build import cuda_device_count
 
         target = "both" if cuda_device_count() > 0 else "cpu"
-    sizes = {k: _ints(v, "--dim")[0] for k, v in _pairs(dims, "--dim").items()}
-    shapes = {k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
-    try:
-        result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
-                     sizes=sizes or None, shapes=shapes or None, planner=planner, report=report, target=target,
-                     cuda_archs=[a for a in cuda_archs.split(",") if a])
-    except EvonnxError as e:
-        click.echo(f"evonnx: error: {e}", err=True)
-        sys.exit(1)
+    result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
+                 sizes=sizes or None, shapes=shapes or None, planner=planner, report=report, target=target,
+                 cuda_archs=[a for a in cuda_archs.split(",") if a])
     click.echo(result.summary())
 
 
 @main.command()
 @click.argument("model", type=click.Path(path_type=Path))
+@_one_line_failures
 def explain(model: Path) -> None:
     """Say, node by node, why MODEL's nodes would or would not be fused."""
     from evonnx.explain import explain as run
 
-    try:
-        click.echo(run(model))
-    except EvonnxError as e:
-        click.echo(f"evonnx: error: {e}", err=True)
-        sys.exit(1)
+    click.echo(run(model))
 
 
 @main.command("build-runtime")
 @click.option("--ort-headers", type=click.Path(path_type=Path), help="Folder with onnxruntime's C API headers.")
+@_one_line_failures
 def build_runtime(ort_headers: Path | None) -> None:
     """Build the onnxruntime-facing part of the kernel library once for this install (otherwise done lazily)."""
     from evonnx.kernels.build import runtime_object
 
-    try:
-        click.echo(runtime_object(ort_headers))
-    except EvonnxError as e:
-        click.echo(f"evonnx: error: {e}", err=True)
-        sys.exit(1)
+    click.echo(runtime_object(ort_headers))
 
 
 if __name__ == "__main__":

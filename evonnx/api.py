@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import onnx
 
-from evonnx.errors import EvonnxError, InvalidModelError
+from evonnx.errors import InvalidModelError, UsageError
 from evonnx.model import DOMAIN, load_model
 from evonnx.records import FusionPlan, KernelSpec
-from evonnx.verify import CheckResult, check_models
+from evonnx.verify import CheckResult, check_models, check_sizes
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,11 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     machine-readable report (see README). `target` "cuda" or "both" adds CUDA kernels (needs nvcc) for
     onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless
     the optimized model reproduces onnxruntime's outputs on the original.
+
+    Before any work, outputs that cannot be written (a folder, a missing or read-only folder) or that would
+    overwrite the input or one another raise UsageError. The outputs are staged next to their final paths and
+    renamed into place together at the end; on any failure, Ctrl-C included, nothing is written and no temporary
+    file or folder is left (`--dump-dir`, a debugging aid, is written as soon as the kernels are generated).
     """
     import onnx_graphsurgeon as gs
 
@@ -102,59 +108,134 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     t0 = time.perf_counter()
     src = Path(src)
     dst = Path(dst) if dst is not None else src.with_name(src.name.removesuffix(".onnx") + ".opt.onnx")
-    if dst.resolve() == src.resolve():
-        raise InvalidModelError(f"{dst}: the output would overwrite the input")
-    if not dst.parent.is_dir():
-        raise InvalidModelError(f"{dst.parent}: output folder does not exist")
-    original = load_model(src)
-    symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
-    result = run_pipeline(original, planner=planner, sizes=symbol_sizes)
-    out_model = gs.export_onnx(result.optimized)
-    out_model.ir_version = original.ir_version
-    del out_model.opset_import[:]
-    out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
-    out_model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
-    for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(out_model, field, getattr(original, field))
-    out_model.producer_name = "evonnx"
-    if target not in ("cpu", "cuda", "both"):
-        raise InvalidModelError(f"target must be cpu, cuda or both, not '{target}'")
-    source = generate(result.specs, dst.name)
-    cuda_source = None
-    if target in ("cuda", "both"):
-        from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
-
-        source += generate_cuda_host(result.specs)
-        cuda_source = generate_cuda(result.specs, dst.name)
-    if dump_dir is not None:
-        _dump(Path(dump_dir), result, source, out_model, cuda_source)
     lib = library_path(dst)
-    fd, tmp_model = tempfile.mkstemp(prefix=".evonnx-", suffix=".onnx", dir=dst.parent)
-    os.close(fd)
-    tmp_lib = Path(tmp_model).with_suffix(".so")
-    try:
-        onnx.save(out_model, tmp_model)
-        build_model_library(source, tmp_lib, model_name=dst.name, cflags=tuple(cflags),
+    outputs = {"output": dst, "kernel library": lib, **({"report": Path(report)} if report is not None else {})}
+    _check_paths(src, outputs, Path(dump_dir) if dump_dir is not None else None)
+    if target not in ("cpu", "cuda", "both"):
+        raise UsageError(f"target must be cpu, cuda or both, not '{target}'")
+    if planner not in ("search", "greedy"):
+        raise UsageError(f"planner must be search or greedy, not '{planner}'")
+    with _Staging(outputs) as staged:
+        original = load_model(src)
+        if check:
+            check_sizes(original, sizes, shapes)
+        symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
+        result = run_pipeline(original, planner=planner, sizes=symbol_sizes)
+        out_model = gs.export_onnx(result.optimized)
+        out_model.ir_version = original.ir_version
+        del out_model.opset_import[:]
+        out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
+        out_model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+        for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+            setattr(out_model, field, getattr(original, field))
+        out_model.producer_name = "evonnx"
+        source = generate(result.specs, dst.name)
+        cuda_source = None
+        if target in ("cuda", "both"):
+            from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
+
+            source += generate_cuda_host(result.specs)
+            cuda_source = generate_cuda(result.specs, dst.name)
+        if dump_dir is not None:
+            _dump(Path(dump_dir), result, source, out_model, cuda_source)
+        build_model_library(source, staged.path(lib), model_name=dst.name, cflags=tuple(cflags),
                             headers=Path(ort_headers) if ort_headers is not None else None,
                             cuda_source=cuda_source,
                             **({"cuda_archs": tuple(cuda_archs)} if cuda_archs else {}))
+        onnx.save(out_model, str(staged.path(dst)))
         checked = None
         if check:
-            checked = check_models(original, Path(tmp_model), tmp_lib, _exact_outputs(out_model, result.specs),
-                                   sizes=sizes, shapes=shapes)
-        os.replace(tmp_lib, lib)
-        os.replace(tmp_model, dst)
-    except (EvonnxError, OSError):
-        for p in (Path(tmp_model), tmp_lib):
-            p.unlink(missing_ok=True)
-        raise
-    out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs, result.plan,
-                         checked, time.perf_counter() - t0)
-    if report is not None:
-        from evonnx.report import write_report
+            checked = check_models(original, staged.path(dst), staged.path(lib),
+                                   _exact_outputs(out_model, result.specs), sizes=sizes, shapes=shapes)
+        out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs,
+                             result.plan, checked, time.perf_counter() - t0)
+        if report is not None:
+            from evonnx.report import report_json
 
-        write_report(Path(report), out, result, out_model, planner)
+            staged.path(Path(report)).write_text(report_json(out, result, out_model, planner))
+        staged.commit()
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` name one file: the same path once resolved, or a hard or symbolic link to it."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop (Python < 3.13)
+        return False
+
+
+_DUMP_FILES = ("kernels.c", "kernels.cu", "plan.txt", "optimized.onnx")
+
+
+def _check_paths(src: Path, outputs: Mapping[str, Path], dump_dir: Path | None) -> None:
+    """Refuse, before any work, outputs that cannot be written or would overwrite the input or one another.
+
+    Whether the folders are writable is found when `_Staging` creates its folders in them, also before any work.
+    """
+    seen: list[tuple[str, Path]] = []
+    for what, p in outputs.items():
+        if not p.parent.is_dir():
+            raise UsageError(f"{p.parent}: {what} folder does not exist")
+        if p.is_dir():
+            raise UsageError(f"{p}: the {what} path is a folder; name a file")
+        if _same_file(p, src):
+            raise UsageError(f"{p}: writing the {what} would overwrite the input {src}")
+        for other, q in seen:
+            if _same_file(p, q):
+                raise UsageError(f"{p}: the {what} and the {other} would be the same file")
+        seen.append((what, p))
+    if dump_dir is not None:
+        if dump_dir.exists() and not dump_dir.is_dir():
+            raise UsageError(f"{dump_dir}: the dump folder is a file")
+        for name in _DUMP_FILES:
+            if any(_same_file(dump_dir / name, p) for p in (src, *outputs.values())):
+                raise UsageError(f"{dump_dir / name}: the dump would overwrite the input or an output")
+
+
+class _Staging:
+    """Hidden folders (`.evonnx-*`), one in each folder an output goes to, holding the outputs until `commit`
+    renames them into place. Leaving the `with` block removes them on every path: errors, bugs, Ctrl-C.
+
+    Creating them, before any work, is also the check that those folders are writable. Renames within a folder
+    are atomic; `commit` renames the model last, so a model on disk always comes with its library and report.
+    """
+
+    def __init__(self, targets: Mapping[str, Path]):
+        self.targets = dict(targets)  # what -> path, the model first
+        self._dirs: dict[Path, Path] = {}
+
+    def __enter__(self) -> _Staging:
+        try:
+            for what, t in self.targets.items():
+                if t.parent.resolve() not in self._dirs:
+                    try:
+                        made = tempfile.mkdtemp(prefix=".evonnx-", dir=t.parent)
+                    except OSError as e:
+                        raise UsageError(f"{t.parent}: cannot write to the {what} folder ({e.strerror})") from e
+                    self._dirs[t.parent.resolve()] = Path(made)
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._remove()
+
+    def path(self, target: Path) -> Path:
+        """Where `target` is written until `commit`."""
+        return self._dirs[target.parent.resolve()] / target.name
+
+    def commit(self) -> None:
+        for t in reversed(self.targets.values()):
+            try:
+                os.replace(self.path(t), t)
+            except OSError as e:
+                raise UsageError(f"{t}: cannot write it ({e.strerror})") from e
+
+    def _remove(self) -> None:
+        for d in self._dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _sizes_from_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
@@ -172,14 +253,17 @@ def _dump(d: Path, result: object, source: str, out_model: onnx.ModelProto, cuda
     from evonnx.passes.pipeline import PipelineResult
 
     assert isinstance(result, PipelineResult)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "kernels.c").write_text(source)
-    if cuda_source is not None:
-        (d / "kernels.cu").write_text(cuda_source)
     lines = [str(g) for g in result.plan.groups] + ["", "left to onnxruntime:"]
     lines += [f"  {r}" for r in result.plan.rejected]
-    (d / "plan.txt").write_text("\n".join(lines) + "\n")
-    onnx.save(out_model, str(d / "optimized.onnx"))
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "kernels.c").write_text(source)
+        if cuda_source is not None:
+            (d / "kernels.cu").write_text(cuda_source)
+        (d / "plan.txt").write_text("\n".join(lines) + "\n")
+        onnx.save(out_model, str(d / "optimized.onnx"))
+    except OSError as e:
+        raise UsageError(f"{d}: cannot write the dump ({e.strerror})") from e
 
 
 def load_session(path: str | Path, providers: Sequence[str] | None = None, sess_options: object = None):  # noqa: ANN201
@@ -190,5 +274,7 @@ def load_session(path: str | Path, providers: Sequence[str] | None = None, sess_
     if not lib.exists():
         raise InvalidModelError(f"{path}: its kernel library {lib} is missing (written by 'evonnx optimize')")
     so = sess_options if isinstance(sess_options, ort.SessionOptions) else ort.SessionOptions()
-    so.register_custom_ops_library(str(lib))
+    # onnxruntime hands the path to dlopen, which searches its library path, not the current folder, for a name
+    # without a slash: "m.opt.evonnx.so" would not be found, so the path is made absolute.
+    so.register_custom_ops_library(str(lib.absolute()))
     return ort.InferenceSession(str(path), so, providers=list(providers or ["CPUExecutionProvider"]))

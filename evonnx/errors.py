@@ -23,6 +23,11 @@ class InternalError(EvonnxError):
     """A broken invariant inside evonnx: a bug, never the user's fault."""
 
 
+class UsageError(EvonnxError):
+    """The request cannot be carried out as given: an output path that is a folder, lies in a missing or
+    read-only folder, or would overwrite the input; an option value outside its choices."""
+
+
 class BuildError(EvonnxError):
     """The kernel library could not be built (compiler missing or failing, headers unavailable)."""
 

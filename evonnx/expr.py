@@ -222,12 +222,9 @@ def index_val(p: Poly) -> Expr:
 
 def _fold_index(name: str, a: Poly, b: Poly) -> Expr | None:
     """Integer (int64) arithmetic on index values stays an index value."""
-    if name == "add":
-        return index_val(a + b)
-    if name == "sub":
-        return index_val(a - b)
-    if name == "mul":
-        return index_val(a * b)
+    if name in ("add", "sub", "mul"):
+        p = a + b if name == "add" else a - b if name == "sub" else a * b
+        return index_val(p) if _small(p) else None
     if name == "div" and is_nonneg(a) and b.const is not None and b.const > 0:
         return index_val(floordiv(a, b))
     if name == "eq" and a == b:
@@ -247,10 +244,19 @@ def _fold_index(name: str, a: Poly, b: Poly) -> Expr | None:
     return None
 
 
+# Integer arithmetic folds into index polynomials (Python ints, no wrap-around) only while every coefficient stays
+# far inside int64; beyond, it stays an operation the kernel computes with int64 wrap-around, as onnxruntime does.
+_INDEX_LIMIT = 1 << 40
+
+
+def _small(p: Poly) -> bool:
+    return all(-_INDEX_LIMIT < c < _INDEX_LIMIT for _, c in p.terms)
+
+
 def _as_index(e: Expr) -> Poly | None:
     if isinstance(e, IndexVal):
         return e.poly
-    if isinstance(e, Const) and e.dtype == "int64":
+    if isinstance(e, Const) and e.dtype == "int64" and -_INDEX_LIMIT < int(e.value) < _INDEX_LIMIT:
         return Poly.of(int(e.value))
     return None
 

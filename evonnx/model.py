@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
+import onnx.external_data_helper
 from google.protobuf.message import DecodeError
 
 from evonnx.errors import InvalidModelError
@@ -24,21 +26,35 @@ def default_opset(model: onnx.ModelProto) -> int:
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
-    """Read, check and shape-infer a model; nodes get unique names so plans and messages can refer to them."""
+    """Read, check and shape-infer a model; nodes get unique names so plans and messages can refer to them.
+
+    Tensors stored outside the model file are read only from regular files inside the model's folder (see
+    `_check_external_data`). Declared dims must be >= 0. Shape inference runs without ONNX's data propagation:
+    that materialises every element of each integer tensor it evaluates, so a declared dim of 2**40 or a
+    `Range(0, 2**40)` would ask for terabytes; `passes/analyze.py` computes plan-time values itself, bounded.
+    """
     p = Path(path)
     if not p.exists():
         raise InvalidModelError(f"{p}: no such file")
     if not p.is_file():
         raise InvalidModelError(f"{p}: not a file")
     try:
-        model = onnx.load(str(p))
+        model = onnx.load(str(p), load_external_data=False)
     except (DecodeError, ValueError, OSError, RuntimeError) as e:
         raise InvalidModelError(f"{p}: not a readable ONNX model ({type(e).__name__}: {_first_line(e)})") from e
     if not model.graph.node and not model.graph.output:
         raise InvalidModelError(f"{p}: not a readable ONNX model (empty or truncated file)")
+    external = [t for t in _tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external:
+        for t in external:
+            _check_external_data(t, p)
+        try:
+            onnx.external_data_helper.load_external_data_for_model(model, str(p.parent))
+        except (onnx.checker.ValidationError, ValueError, OSError) as e:
+            raise InvalidModelError(f"{p}: cannot read its external data: {_first_line(e)}") from e
     try:
         onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
+    except (onnx.checker.ValidationError, ValueError) as e:
         raise InvalidModelError(f"{p}: fails the ONNX checker: {_first_line(e)}") from e
     opset = default_opset(model)
     if not OPSET_MIN <= opset <= OPSET_MAX:
@@ -48,12 +64,77 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         if n.domain == DOMAIN:
             raise InvalidModelError(f"{p}: already optimized by evonnx (node '{n.name}' is in domain {DOMAIN}); "
                                     f"optimize the original model")
+    _check_declared_dims(model, p)
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
     except onnx.shape_inference.InferenceError as e:
         raise InvalidModelError(f"{p}: ONNX shape inference fails: {_first_line(e)}") from e
     _name_nodes(model)
     return model
+
+
+def _tensors(g: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph stores: initializers, sparse ones, and node attributes, subgraphs included."""
+    yield from g.initializer
+    for sparse in g.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield from (a.sparse_tensor.values, a.sparse_tensor.indices)
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _tensors(sub)
+
+
+def _check_external_data(t: onnx.TensorProto, model_path: Path) -> None:
+    """Refuse, without reading it, external data that is not a regular file inside the model's folder.
+
+    The location must be relative, without `..`, and stay inside the folder once symbolic links are followed;
+    `offset` and `length` must be integers >= 0 that lie within the file.
+    """
+    entries = {e.key: e.value for e in t.external_data}
+    where = f"{model_path}: tensor '{t.name}' has external data"
+    location = entries.get("location", "")
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if not location or "\0" in location or PurePosixPath(location).is_absolute() or PureWindowsPath(location).anchor:
+        raise InvalidModelError(f"{where} at {location!r}: the location must be a relative path")
+    if ".." in parts:
+        raise InvalidModelError(f"{where} at {location!r}: the location must not leave the model's folder")
+    try:
+        folder = model_path.parent.resolve()
+        target = (folder / location).resolve()
+        inside, regular = target.is_relative_to(folder), target.is_file()
+        size = target.stat().st_size if regular else 0
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise InvalidModelError(f"{where} at {location!r}, which cannot be resolved ({_first_line(e)})") from e
+    if not inside:
+        raise InvalidModelError(f"{where} at {location!r}, which leads outside the model's folder")
+    if not regular:
+        raise InvalidModelError(f"{where} in {location!r}, which is missing or not a regular file")
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else size - offset
+    except ValueError as e:
+        raise InvalidModelError(f"{where} with a malformed offset or length ({_first_line(e)})") from e
+    if offset < 0 or length < 0 or offset + length > size:
+        raise InvalidModelError(f"{where} at bytes {offset} to {offset + length} of {location!r}, which has "
+                                f"{size} bytes")
+
+
+def _check_declared_dims(model: onnx.ModelProto, p: Path) -> None:
+    """Graph inputs, outputs and value_info must declare each dim as a value >= 0 or a name."""
+    g = model.graph
+    for kind, infos in (("input", g.input), ("output", g.output), ("tensor", g.value_info)):
+        for vi in infos:
+            if not vi.type.HasField("tensor_type"):
+                continue
+            for k, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    raise InvalidModelError(f"{p}: {kind} '{vi.name}' declares dim {k} as {d.dim_value}; a dim "
+                                            f"must be >= 0, or a name (dim_param) when it is dynamic")
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import onnx
@@ -60,8 +59,6 @@ def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner
     }
 
 
-def write_report(path: Path, result: Any, pipeline: Any, out_model: onnx.ModelProto, planner: str) -> None:
-    data = build_report(result, pipeline, out_model, planner)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+def report_json(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner: str) -> str:
+    """The report as JSON text; `optimize` stages it with the model and renames both into place together."""
+    return json.dumps(build_report(result, pipeline, out_model, planner), indent=1, sort_keys=True) + "\n"

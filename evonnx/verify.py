@@ -7,6 +7,7 @@ any, so that a frozen sample size cannot pass). Outputs computed only by exact o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,12 @@ from evonnx.errors import VerificationError
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
 SIZE_CANDIDATES = (3, 5, 64, 256, 1024)
+# Elements of one generated input: real post-processing inputs have a few million (1x25200x85, 1x3x1333x800);
+# 2**26 float64 draws take 512 MiB. Larger declared sizes are refused rather than allocated.
+MAX_INPUT_ELEMENTS = 1 << 26
+# Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
+# terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
+MAX_TENSOR_ELEMENTS = 1 << 28
 
 
 @dataclass
@@ -60,13 +67,7 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
             continue
         tt = i.type.tensor_type
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if shapes and i.name in shapes:
-            shape = list(shapes[i.name])
-        else:
-            shape = []
-            for k, d in enumerate(tt.shape.dim):
-                key = d.dim_param if d.HasField("dim_param") else f"{i.name}:{k}"
-                shape.append(d.dim_value if d.HasField("dim_value") else sizes[key])
+        shape = _input_shape(i, sizes, shapes)
         if np.issubdtype(dtype, np.floating):
             arr = (rng.standard_normal(shape) * scale).astype(dtype)
         elif dtype == np.bool_:
@@ -76,6 +77,61 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
             arr = rng.integers(0, top, size=tuple(shape)).astype(dtype)
         feeds[i.name] = arr
     return feeds
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def _check_static_sizes(model: onnx.ModelProto) -> None:
+    g = model.graph
+    for vi in (*g.input, *g.output, *g.value_info):
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            continue
+        if all(d.HasField("dim_value") for d in tt.shape.dim):
+            shape = [d.dim_value for d in tt.shape.dim]
+            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                raise VerificationError(f"cannot check: tensor '{vi.name}' of shape {shape} has {math.prod(shape)} "
+                                        f"elements, more than the check runs ({MAX_TENSOR_ELEMENTS}); skip the "
+                                        f"check with --no-check")
+
+
+def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+    """Refuse a check that would ask for terabytes, before any work: a tensor whose shape is known above
+    MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size."""
+    _check_static_sizes(model)
+    base = {**{s: 3 for s in _symbols(model)}, **(sizes or {})}
+    init = {t.name for t in model.graph.initializer}
+    for i in model.graph.input:
+        if i.name not in init:
+            _input_shape(i, base, shapes)
+
+
+def _input_shape(i: onnx.ValueInfoProto, sizes: Mapping[str, int], shapes: Mapping[str, Sequence[int]] | None
+                 ) -> list[int]:
+    if shapes and i.name in shapes:
+        shape = [int(n) for n in shapes[i.name]]
+    else:
+        shape = []
+        for k, d in enumerate(i.type.tensor_type.shape.dim):
+            key = d.dim_param if d.HasField("dim_param") else f"{i.name}:{k}"
+            shape.append(d.dim_value if d.HasField("dim_value") else int(sizes[key]))
+    _check_input_shape(i.name, shape)
+    return shape
+
+
+def _check_input_shape(name: str, shape: Sequence[int]) -> None:
+    if any(n < 0 for n in shape):
+        raise VerificationError(f"cannot check: input '{name}' would get the negative shape {list(shape)}; "
+                                f"name sizes >= 0 with --dim or --input-shape")
+    count = math.prod(shape)
+    if count > MAX_INPUT_ELEMENTS:
+        raise VerificationError(f"cannot check: input '{name}' of shape {list(shape)} has {count} elements, more "
+                                f"than the check generates ({MAX_INPUT_ELEMENTS}); name smaller sizes with --dim or "
+                                f"--input-shape, or skip the check with --no-check")
 
 
 def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: CheckResult) -> None:
@@ -117,20 +173,22 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     """Run both models and compare; raises VerificationError on a mismatch or when no input set runs."""
     import onnxruntime as ort
 
+    check_sizes(original, sizes, shapes)
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures become VerificationErrors; onnxruntime prints nothing
     try:
         ref_sess = ort.InferenceSession(original.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
         raise VerificationError(f"cannot check: onnxruntime cannot load the original model "
-                                f"({str(e).splitlines()[0]})") from e
+                                f"({_first_line(e)})") from e
     so2 = ort.SessionOptions()
-    so2.log_severity_level = 3
-    so2.register_custom_ops_library(str(library))
+    so2.log_severity_level = 4
     try:
+        # dlopen searches its library path, not the current folder, for a name without a slash.
+        so2.register_custom_ops_library(str(Path(library).absolute()))
         opt_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
-        raise VerificationError(f"onnxruntime cannot load the optimized model: {e}") from e
+        raise VerificationError(f"onnxruntime cannot load the optimized model: {_first_line(e)}") from e
     symbols = _symbols(original)
     plans: list[dict[str, int]] = []
     if sizes or shapes or not symbols:
@@ -148,13 +206,13 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
             try:
                 refs = ref_sess.run(None, feeds)
             except Exception as e:  # noqa: BLE001 - the original rejects these inputs: try other ones
-                last_error = str(e).splitlines()[0]
+                last_error = _first_line(e)
                 continue
             try:
                 gots = opt_sess.run(None, feeds)
             except Exception as e:  # noqa: BLE001
                 raise VerificationError(f"the optimized model fails where the original runs "
-                                        f"(sizes {run_sizes}): {str(e).splitlines()[0]}") from e
+                                        f"(sizes {run_sizes}): {_first_line(e)}") from e
             for out, ref, got in zip(original.graph.output, refs, gots):
                 _compare(out.name, np.asarray(ref), np.asarray(got), out.name in exact_outputs, result)
             result.runs.append(run_sizes)

@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
@@ -173,7 +174,8 @@ def build_model_library(
 
     `model_name` is for messages; `headers` is passed to `runtime_object`. The result needs only libc, libm,
     libstdc++ and libgcc at run time. On a compiler error raises BuildError with the compiler's first lines
-    and keeps the failing source at a path the message names.
+    and keeps a copy of the failing source in the cache at a path the message names. The build folder in the
+    temp folder and the partial library are removed on every path, Ctrl-C included.
 
     With `cuda_source` (from `codegen_cuda.generate_cuda`; then `kernel_source` must end with
     `codegen_cuda.generate_cuda_host` of the same kernels) the kernels are compiled with `-DEVO_WITH_CUDA` and
@@ -184,51 +186,51 @@ def build_model_library(
     cc = os.environ.get("CC", "gcc")
     cxx = os.environ.get("CXX", "g++")
     image = cuda_fatbin(cuda_source, cuda_archs, model_name=model_name) if cuda_source is not None else None
-    work = Path(tempfile.mkdtemp(prefix="evonnx-build-"))
-    source = work / "kernels.c"
-    source.write_text(kernel_source)
-    obj = work / "kernels.o"
-    _run_compiler(
-        [cc, *_KERNEL_FLAGS, *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}",
-         "-c", str(source), "-o", str(obj)],
-        f"compiling the kernels of {model_name!r}",
-        source=source,
-    )
-    objects = [str(obj)]
-    if image is not None:
-        image_source = work / "cuda_image.c"
-        image_source.write_text(_image_source(image))
-        image_obj = work / "cuda_image.o"
+    with tempfile.TemporaryDirectory(prefix="evonnx-build-") as tmp:
+        work = Path(tmp)
+        source = work / "kernels.c"
+        source.write_text(kernel_source)
+        obj = work / "kernels.o"
         _run_compiler(
-            [cc, "-std=c11", "-fPIC", "-c", str(image_source), "-o", str(image_obj)],
-            f"compiling the CUDA image of {model_name!r}",
-            source=image_source,
-        )
-        objects.append(str(image_obj))
-
-    version_script = work / "exports.map"
-    version_script.write_text(_VERSION_SCRIPT)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = _partial_name(out_path)
-    try:
-        _run_compiler(
-            [
-                cxx,
-                *_LINK_FLAGS,
-                f"-Wl,--version-script={version_script}",
-                "-o",
-                str(partial),
-                str(runtime),
-                *objects,
-                "-lm",
-            ],
-            f"linking the library of {model_name!r}",
+            [cc, *_KERNEL_FLAGS, *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}",
+             "-c", str(source), "-o", str(obj)],
+            f"compiling the kernels of {model_name!r}",
             source=source,
         )
-        os.replace(partial, out_path)
-    finally:
-        partial.unlink(missing_ok=True)
-    shutil.rmtree(work)
+        objects = [str(obj)]
+        if image is not None:
+            image_source = work / "cuda_image.c"
+            image_source.write_text(_image_source(image))
+            image_obj = work / "cuda_image.o"
+            _run_compiler(
+                [cc, "-std=c11", "-fPIC", "-c", str(image_source), "-o", str(image_obj)],
+                f"compiling the CUDA image of {model_name!r}",
+                source=image_source,
+            )
+            objects.append(str(image_obj))
+
+        version_script = work / "exports.map"
+        version_script.write_text(_VERSION_SCRIPT)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        partial = _partial_name(out_path)
+        try:
+            _run_compiler(
+                [
+                    cxx,
+                    *_LINK_FLAGS,
+                    f"-Wl,--version-script={version_script}",
+                    "-o",
+                    str(partial),
+                    str(runtime),
+                    *objects,
+                    "-lm",
+                ],
+                f"linking the library of {model_name!r}",
+                source=source,
+            )
+            os.replace(partial, out_path)
+        finally:
+            partial.unlink(missing_ok=True)
     return out_path
 
 
@@ -335,17 +337,16 @@ def cuda_fatbin(cuda_source: str, archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS, *
     target = cache_dir() / "cuda" / f"kernels-{key.hexdigest()[:24]}.fatbin"
     if not target.is_file():
         _make_cache_folder(target.parent)
-        work = Path(tempfile.mkdtemp(prefix="evonnx-cuda-"))
-        source = work / "kernels.cu"
-        source.write_text(cuda_source)
-        partial = _partial_name(target)
-        try:
-            _run_compiler([str(nvcc), *flags, str(source), "-o", str(partial)],
-                          f"compiling the CUDA kernels of {model_name!r}", source=source)
-            os.replace(partial, target)
-        finally:
-            partial.unlink(missing_ok=True)
-        shutil.rmtree(work)
+        with tempfile.TemporaryDirectory(prefix="evonnx-cuda-") as tmp:
+            source = Path(tmp) / "kernels.cu"
+            source.write_text(cuda_source)
+            partial = _partial_name(target)
+            try:
+                _run_compiler([str(nvcc), *flags, str(source), "-o", str(partial)],
+                              f"compiling the CUDA kernels of {model_name!r}", source=source)
+                os.replace(partial, target)
+            finally:
+                partial.unlink(missing_ok=True)
     image = target.read_bytes()
     want = {("elf", int(a[3:])) for a in archs} | {("ptx", max(int(a[3:]) for a in archs))}
     missing = want - set(fatbin_contents(image))
@@ -422,17 +423,45 @@ def _partial_name(target: Path) -> Path:
 
 
 def _run_compiler(command: list[str], what: str, *, source: Path) -> None:
+    """Run a compiler. On failure, raise BuildError whose first line names the step, a copy of the source kept
+    in the cache (`_keep_failed_source`; the build folder itself is always removed) and the compiler's first
+    error; the command and the compiler's output follow on the next lines. A compiler stopped by SIGINT (Ctrl-C
+    reaches the whole foreground process group) raises KeyboardInterrupt."""
     try:
         result = subprocess.run(command, capture_output=True, text=True)
     except FileNotFoundError as e:
         raise BuildError(
             f"{what}: compiler {command[0]!r} not found (set CC/CXX or install gcc and g++)"
         ) from e
+    if result.returncode == -signal.SIGINT:
+        raise KeyboardInterrupt
     if result.returncode != 0:
+        output = result.stderr or result.stdout
+        first = next((ln.strip() for ln in output.splitlines() if "error" in ln), None) or (
+            output.strip().splitlines() or [f"exit status {result.returncode}"])[0]
         raise BuildError(
-            f"{what} failed (source: {source}):\n$ {' '.join(command)}\n"
-            f"{_first_lines(result.stderr or result.stdout)}"
+            f"{what} failed (source: {_keep_failed_source(source)}): {first}\n$ {' '.join(command)}\n"
+            f"{_first_lines(output)}"
         )
+
+
+def _keep_failed_source(source: Path) -> Path:
+    """A copy of a source that failed to build, in `<cache>/failed/`, named by its content (so a failure that
+    repeats keeps one file), for the error message and a bug report; the temporary build folder goes away."""
+    text = source.read_bytes()
+    kept = cache_dir() / "failed" / f"{source.stem}-{hashlib.sha256(text).hexdigest()[:16]}{source.suffix}"
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = _partial_name(kept)
+        try:
+            partial.write_bytes(text)
+            os.replace(partial, kept)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError as e:
+        log.info("cannot keep the failing source in %s: %s", kept.parent, e)
+        return Path(f"not kept: {e.strerror}")
+    return kept
 
 
 @functools.cache

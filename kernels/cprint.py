@@ -11,6 +11,9 @@ import math
 import struct
 from collections.abc import Callable
 
+import numpy as np
+
+from evonnx.errors import InternalError
 from evonnx.expr import FLOATS, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
 
@@ -46,6 +49,9 @@ class Names:
         return f"r{self._loops}"
 
     def int_literal(self, c: int) -> str:
+        _check_range(c, "int64")
+        if c == -(1 << 63):
+            return "INT64_MIN" if self.index_type is None else f"(({self.index_type})INT64_MIN)"
         if self.index_type is None:
             return f"INT64_C({c})"
         # A literal beyond int32 only occurs in indices whose bound rules the 32-bit variant out at run time.
@@ -149,6 +155,17 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     return f"({{ {t} {r}_acc = {init}; for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ {step} }} {r}_acc; }})"
 
 
+_RANGE = {t: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in UTYPE.keys() | {"uint8", "uint16", "uint32",
+                                                                                   "uint64"}}
+
+
+def _check_range(v: int, dtype: str) -> None:
+    """A literal outside its type would be reinterpreted by the C compiler: that is a bug upstream, never C."""
+    lo, hi = _RANGE[dtype]
+    if not lo <= v <= hi:
+        raise InternalError(f"integer literal {v} does not fit {dtype}")
+
+
 def print_const(value: float | int | bool, dtype: str) -> str:
     if dtype in FLOATS:
         v = float(value)
@@ -164,6 +181,7 @@ def print_const(value: float | int | bool, dtype: str) -> str:
     if dtype == "bool":
         return "1" if value else "0"
     v = int(value)
+    _check_range(v, dtype)
     if dtype == "int64":
         return f"INT64_C({v})" if v != -(1 << 63) else "INT64_MIN"
     if dtype == "uint64":

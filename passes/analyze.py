@@ -9,11 +9,13 @@ left to onnxruntime. The graph is not modified.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
@@ -26,6 +28,9 @@ log = logging.getLogger(__name__)
 
 MAX_KNOWN = 4096  # elements: larger constants stay data, read by kernels as inputs
 MAX_DERIVED = 64  # elements: computed tensors this small get their values extracted at plan time
+# elements: a node left to onnxruntime is not evaluated at plan time when its output is known to be larger (only
+# values up to MAX_KNOWN are kept; a Pad by 2**40 of a constant would make onnxruntime allocate terabytes)
+MAX_FOLD = 1 << 24
 
 
 @dataclass
@@ -131,14 +136,32 @@ def _run_const_node(node: gs.Node, arrays: list[np.ndarray | None], opset: int) 
         n = onnx.helper.make_node(node.op, names, [o.name for o in outs], domain=node.domain or "", **attrs)
         g = onnx.helper.make_graph([n], "fold", inputs, outs)
         m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
+        feed = {f"i{k}": a for k, a in enumerate(arrays) if a is not None}
+        if _too_big_to_fold(m, feed):
+            log.debug("not folding %s: its output would have more than %d elements", node.name, MAX_FOLD)
+            return None
         so = ort.SessionOptions()
         so.log_severity_level = 4
         sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        feed = {f"i{k}": a for k, a in enumerate(arrays) if a is not None}
         return [np.asarray(r) for r in sess.run(None, feed)]
     except Exception as e:  # noqa: BLE001 - any failure just means "not folded"; the node stays as it is
         log.debug("not folding %s: %s", node.name, e)
         return None
+
+
+def _too_big_to_fold(m: onnx.ModelProto, feed: dict[str, np.ndarray]) -> bool:
+    """Whether ONNX shape inference, given the constant inputs, finds an output above MAX_FOLD elements (a Pad
+    by 2**40, say): onnxruntime would be asked to allocate it."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(m)
+    probe.graph.initializer.extend(onnx.numpy_helper.from_array(a, name) for name, a in feed.items())
+    inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False)
+    for o in inferred.graph.output:
+        tt = o.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            if math.prod(d.dim_value for d in tt.shape.dim) > MAX_FOLD:
+                return True
+    return False
 
 
 def analyze(graph: gs.Graph, opset: int) -> Analysis:

@@ -18,6 +18,7 @@ kernels' compiler and flags for the arithmetic;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -277,9 +278,13 @@ def calibrate(*, use_cache: bool = True) -> CostModel:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(asdict(model), f)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(asdict(model), f)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # gone after the rename; left only by a failure or Ctrl-C
     except OSError as e:
         log.info("cannot cache the cost model: %s", e)
     return model

@@ -132,12 +132,14 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
     if flat.size == 1:
         c = const(flat[0], dtype)
         return Lazy(dtype, shape, lambda idx: c)
-    values = tuple(v.item() for v in flat)
-    steps = np.diff(flat.astype(np.int64)) if dtype == "int64" else None
-    if steps is not None and np.all(steps == steps[0]):
-        # an arithmetic progression (e.g. the columns 0, 2 of a `[:, 0::2]` write) is an index expression
-        start, step = int(flat[0]), int(steps[0])
-        return Lazy(dtype, shape, lambda idx: index_val(start + _flat(idx, shape) * step))
+    values = tuple(v.item() if isinstance(v, np.generic) else v for v in flat)
+    if dtype == "int64" and _small_ints(values):
+        # an arithmetic progression (e.g. the columns 0, 2 of a `[:, 0::2]` write) is an index expression;
+        # differences in Python ints, so [INT64_MAX, INT64_MIN] is not taken for a step of 1 that wrapped
+        steps = {int(b) - int(a) for a, b in zip(values, values[1:])}
+        if len(steps) == 1:
+            start, step = int(values[0]), steps.pop()
+            return Lazy(dtype, shape, lambda idx: index_val(start + _flat(idx, shape) * step))
     grid = affine_constant(arr) if dtype == "int64" else None
     if grid is not None:
         return grid
@@ -152,12 +154,21 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
     return Lazy(dtype, shape, fn)
 
 
+# Index arithmetic on constants stays symbolic (Python ints) only well inside int64, so that no sum or product of
+# it the kernel computes can overflow; larger constants are read from a table and computed with wrap-around.
+INDEX_LIMIT = 1 << 40
+
+
+def _small_ints(values: Sequence[object]) -> bool:
+    return all(isinstance(v, int) and -INDEX_LIMIT < v < INDEX_LIMIT for v in values)
+
+
 def affine_constant(array: np.ndarray) -> Lazy | None:
     """An integer constant whose every slice along the last axis is affine in the other indices (the index grids
     of static-shape slice-assignment exports, e.g. ScatterND indices [[i, 2*j] ...]) as index expressions, or None.
     Checked exactly against the array, whatever its size."""
     a = np.asarray(array)
-    if a.dtype != np.int64 or a.ndim < 1 or a.size == 0:
+    if a.dtype != np.int64 or a.ndim < 1 or a.size == 0 or not _small_ints((int(a.min()), int(a.max()))):
         return None
     lead = a.shape[:-1]
     fits: list[tuple[int, list[int]]] = []

@@ -299,6 +299,9 @@ def _tile(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy
     return [L.tile(args[0], ints(vals[1], "Tile repeats"))]
 
 
+_HUGE_STEP = 1 << 40
+
+
 def _slice_bounds(d: Poly, start: int | Poly, end: int | Poly, step: int) -> tuple[Poly, Poly]:
     """Normalised start and length of one Slice axis, as the ONNX spec clamps them."""
     def norm(v: int | Poly, lo: Poly, hi: Poly) -> Poly:
@@ -313,13 +316,22 @@ def _slice_bounds(d: Poly, start: int | Poly, end: int | Poly, step: int) -> tup
             raise Reject("Slice bound of unknown sign")
         return pmin(pmax(p, lo), hi)
 
+    # A step beyond any axis size (INT64_MIN, say) takes at most one element: it is a step of +-1 taking at most
+    # one, so no huge constant reaches the index arithmetic (the axis size is checked to stay below it).
+    at_most_one = abs(step) >= _HUGE_STEP
+    if at_most_one:
+        if d.const is None:
+            L.require_le(d, Poly.of(_HUGE_STEP), "Slice with a huge step needs the axis size below 2^40")
+        elif d.const > _HUGE_STEP:
+            raise Reject("Slice with a huge step on a huge axis")
+        step = 1 if step > 0 else -1
     if step > 0:
         s, e = norm(start, Poly(), d), norm(end, Poly(), d)
         length = pmax(floordiv(e - s + (step - 1), step), Poly())
     else:
         s, e = norm(start, Poly(), d - 1), norm(end, Poly.of(-1), d - 1)
         length = pmax(floordiv(s - e + (-step - 1), -step), Poly())
-    return s, length
+    return s, (pmin(length, Poly.of(1)) if at_most_one else length)
 
 
 def _slice(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
@@ -335,6 +347,8 @@ def _slice(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
             raise Reject("Slice step is 0")
         a = _axis(a, x.rank, op)
         start, length = _slice_bounds(x.shape[a], s, e, st)
+        if abs(st) >= _HUGE_STEP:
+            st = 1 if st > 0 else -1  # at most one element: see _slice_bounds
         if length == x.shape[a] and st == 1 and start.const == 0:
             continue
         out = L.slice_axis(out, a, start, length, st)

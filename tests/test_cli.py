@@ -83,8 +83,28 @@ def _not_a_file(d: Path) -> tuple[Path, str]:
     return d / "folder.onnx", "not a file"
 
 
+def _negative_dim(d: Path) -> tuple[Path, str]:
+    g = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return _write(d / "negative.onnx", model), "declares dim 0 as -1"
+
+
+def _external_data_outside(d: Path) -> tuple[Path, str]:
+    model = _model()
+    w = model.graph.initializer[0]
+    w.ClearField("raw_data")
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "../../etc/passwd"), ("offset", "0"), ("length", "24")):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    return _write(d / "external.onnx", model), "must not leave the model's folder"
+
+
 BAD_INPUTS = [_missing, _truncated, _random_bytes, _undefined_input, _opset11, _opset22, _already_optimized,
-              _not_a_file]
+              _not_a_file, _negative_dim, _external_data_outside]
 
 
 @pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda f: f.__name__.strip("_"))
@@ -120,12 +140,44 @@ def test_cli_optimize_missing_output_folder_writes_nothing(tmp_path: Path) -> No
     assert _listing(tmp_path) == set()
 
 
-def test_cli_optimize_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
-    src = tmp_path / "m.onnx"
+@pytest.mark.parametrize("output", ["m.onnx", "m.evonnx.so"], ids=["model", "library"])
+def test_cli_optimize_refuses_to_overwrite_its_input(output: str, tmp_path: Path) -> None:
+    """`-o m.onnx` from m.onnx, and from m.evonnx.so (the library path of m.onnx)."""
+    src = tmp_path / output
     src.write_bytes(SMALL_MODEL.read_bytes())
-    result = CliRunner().invoke(main, ["optimize", str(src), "-o", str(src)])
+    result = CliRunner().invoke(main, ["optimize", str(src), "-o", str(tmp_path / "m.onnx")])
     assert result.exit_code == 1 and "overwrite" in result.stderr
-    assert src.read_bytes() == SMALL_MODEL.read_bytes() and _listing(tmp_path) == {"m.onnx"}
+    assert len(result.stderr.splitlines()) == 1
+    assert src.read_bytes() == SMALL_MODEL.read_bytes() and _listing(tmp_path) == {output}
+
+
+def test_cli_optimize_output_naming_a_folder_writes_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["optimize", str(SMALL_MODEL), "-o", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("evonnx: error: ") and "is a folder" in result.stderr
+    assert _listing(tmp_path) == set() and not (tmp_path.parent / f"{tmp_path.name}.evonnx.so").exists()
+
+
+def test_cli_optimize_report_into_missing_folder_writes_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["optimize", str(SMALL_MODEL), "-o", str(tmp_path / "x.onnx"),
+                                       "--report", str(tmp_path / "no" / "r.json")])
+    assert result.exit_code == 1 and "report folder does not exist" in result.stderr
+    assert _listing(tmp_path) == set()
+
+
+def test_cli_internal_error_is_one_line_and_writes_nothing(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import evonnx.passes.pipeline
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(evonnx.passes.pipeline, "run_pipeline", broken)
+    result = CliRunner().invoke(main, ["optimize", str(SMALL_MODEL), "-o", str(tmp_path / "x.onnx")])
+    assert result.exit_code == 70
+    assert result.stderr.splitlines() == [
+        "evonnx: internal error: RuntimeError: boom (a bug in evonnx; rerun with -vv for the traceback)"]
+    assert _listing(tmp_path) == set()
 
 
 @pytest.mark.parametrize("args", [["--dim", "B"], ["--dim", "B=two"], ["--input-shape", "x=1,a"]])
