@@ -1,0 +1,114 @@
+"""The child process of the security tests: whatever it runs may crash, hang or execute injected code.
+
+    python sec_child.py optimize SRC DST DUMP_DIR RESULT_JSON [SHAPES_JSON]
+        evonnx.api.optimize(SRC, DST, dump_dir=DUMP_DIR[, shapes=...]) with its own check; writes RESULT_JSON:
+        {"status": "ok", "fused": n} | {"status": "refused", "type", "message"} (an EvonnxError)
+        | {"status": "exception", "type", "message", "traceback"} (any other exception: a finding).
+
+    python sec_child.py run SPEC_JSON
+        SPEC: {"runs": [{"label", "model", "library" | null, "feeds", "out", "threads"}], "progress": path,
+        "arena": bool}. Runs each model on its feeds (an .npz) with onnxruntime, the library registered when
+        given, and writes `out`.npz (outputs in order) or `out`.err (the error). Before each run it appends the
+        run's label to the progress file, so a crash names the run that died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import traceback
+from pathlib import Path
+
+
+def optimize(src: str, dst: str, dump: str, result: str, shapes: str = "") -> int:
+    import onnx
+
+    from evonnx import api
+    from evonnx.errors import EvonnxError
+
+    out: dict[str, object]
+    try:
+        api.optimize(src, dst, dump_dir=dump, **({"shapes": json.loads(shapes)} if shapes else {}))
+    except EvonnxError as e:
+        out = {"status": "refused", "type": type(e).__name__, "message": str(e)}
+    except BaseException as e:  # noqa: BLE001 - any other exception escaping optimize is what we look for
+        out = {"status": "exception", "type": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
+    else:
+        model = onnx.load(dst)
+        fused = sum(1 for n in model.graph.node if n.domain == "ai.evonnx" and n.op_type == "Fused")
+        out = {"status": "ok", "fused": fused}
+    Path(result).write_text(json.dumps(out))
+    return 0
+
+
+def run(spec_path: str) -> int:
+    import numpy as np
+    import onnxruntime as ort
+
+    spec = json.loads(Path(spec_path).read_text())
+    progress = open(spec["progress"], "a", buffering=1)  # noqa: SIM115 - kept open for the life of the child
+    sessions: dict[tuple[str, str | None, int], object] = {}
+    for run in spec["runs"]:
+        progress.write(run["label"] + "\n")
+        progress.flush()
+        key = (run["model"], run["library"], run["threads"])
+        try:
+            if key not in sessions:
+                so = ort.SessionOptions()
+                so.log_severity_level = 4
+                so.intra_op_num_threads = run["threads"]
+                so.inter_op_num_threads = 1
+                so.enable_cpu_mem_arena = bool(spec.get("arena", True))
+                if run["library"] is not None:
+                    so.register_custom_ops_library(run["library"])
+                sessions[key] = ort.InferenceSession(run["model"], so, providers=["CPUExecutionProvider"])
+            sess = sessions[key]
+            with np.load(run["feeds"]) as z:
+                feeds = {name: _fresh(z[name], spec.get("malloc_inputs", False)) for name in z.files}
+            names = json.loads(Path(run["feeds"] + ".names").read_text())
+            feeds = {names[k]: v for k, v in feeds.items()}
+            outs = sess.run(None, feeds)  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; the error is the result
+            Path(run["out"] + ".err").write_text(f"{type(e).__name__}: {e}")
+            continue
+        np.savez(run["out"] + ".npz", *[np.asarray(o) for o in outs])
+    progress.write("done\n")
+    return 0
+
+
+_LIBC = None
+_KEEP: list[object] = []
+
+
+def _fresh(arr, malloc: bool):  # noqa: ANN001, ANN202
+    """A copy of `arr`; with `malloc`, in a buffer of exactly its size from libc's malloc (under ASan, a buffer
+    with red zones, so that a kernel reading past an input is caught)."""
+    import ctypes
+
+    import numpy as np
+
+    if not malloc:
+        return np.array(arr, order="C", copy=True)
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None)
+        _LIBC.malloc.restype = ctypes.c_void_p
+        _LIBC.malloc.argtypes = [ctypes.c_size_t]
+    ptr = _LIBC.malloc(max(arr.nbytes, 1))
+    _KEEP.append(ptr)
+    buf = (ctypes.c_char * arr.nbytes).from_address(ptr) if arr.nbytes else None
+    if buf is None:
+        return np.empty(arr.shape, arr.dtype)
+    out = np.frombuffer(buf, dtype=arr.dtype).reshape(arr.shape)
+    out[...] = arr
+    return out
+
+
+if __name__ == "__main__":
+    limit = os.environ.get("EVONNX_SEC_MEMORY_LIMIT")
+    if limit:
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+    mode, *args = sys.argv[1:]
+    sys.exit(optimize(*args) if mode == "optimize" else run(*args))

@@ -1,0 +1,202 @@
+"""The deterministic models of the security issue's bug classes (used by test_bug_classes and test_sanitizers).
+
+`REGRESSIONS` maps an id `<class>/<variant>` to a `Regression`: the model, the sizes to run it at (always with
+0 and 1) and whether a Fused kernel must be generated (models that are invalid at every size may be refused).
+Each model puts fusible nodes (Neg, Abs before; Add, Mul after) around the op under test, so that a kernel is
+generated even when the op itself is left to onnxruntime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from sec_graphs import I32_MAX, I32_MIN, I64_MAX, I64_MIN
+
+F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+
+
+@dataclass(frozen=True)
+class Regression:
+    model: onnx.ModelProto
+    plans: list[dict[str, int]]
+    require_kernel: bool = True
+    note: str = ""
+
+
+def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int, list]],
+               outputs: Sequence[tuple[str, int, int]], initializers: dict[str, Any], opset: int = 18,
+               name: str = "g") -> onnx.ModelProto:
+    graph = helper.make_graph(
+        list(nodes), name,
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, [None] * r) for n, t, r in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def node(op: str, ins: Sequence[str], outs: Sequence[str], **attrs: object) -> onnx.NodeProto:
+    return helper.make_node(op, list(ins), list(outs), name=f"{op}_{outs[0]}", **attrs)
+
+
+def sizes(symbol: str, values: Sequence[int]) -> list[dict[str, int]]:
+    return [{symbol: v} for v in values]
+
+
+def around(op: Sequence[onnx.NodeProto], src: str, dst: str) -> list[onnx.NodeProto]:
+    """x -> Neg -> Abs -> `src` ... (the op under test) ... `dst` -> Add(c) -> Mul(c) -> y."""
+    return [node("Neg", ["x"], ["nx"]), node("Abs", ["nx"], [src]), *op, node("Add", [dst, "c"], ["ad"]),
+            node("Mul", ["ad", "c"], ["y"])]
+
+
+# -- a constant scalar Gather index on a symbolic axis -------------------------------------------------------------
+def gather_scalar(index: int) -> Regression:
+    # onnxruntime errors when the index is out of [-N, N): at N=0 for every index, at N=1 and 2 for index 2.
+    model = make_model(around([node("Gather", ["a", "i"], ["g"], axis=0)], "a", "g"), [("x", F, ["N", 4])],
+                       [("y", F, 1)], {"i": np.array(index, np.int64), "c": np.arange(1, 5, dtype=np.float32)})
+    return Regression(model, sizes("N", [0, 1, 2, 3, 7]), note=f"Gather(x[N,4], {index}, axis=0)")
+
+
+# -- ScatterND with constant indices into data with fewer rows -------------------------------------------------------
+def scatternd_rows() -> Regression:
+    # indices [[1],[2],[3]] into [N,8]: onnxruntime errors for N <= 3.
+    model = make_model(around([node("ScatterND", ["a", "i", "u"], ["s"])], "a", "s"), [("x", F, ["N", 8])],
+                       [("y", F, 2)], {"i": np.array([[1], [2], [3]], np.int64),
+                                       "u": np.arange(24, dtype=np.float32).reshape(3, 8), "c": np.float32(0.5)})
+    return Regression(model, sizes("N", [0, 1, 2, 3, 4, 9]), note="ScatterND(x[N,8], [[1],[2],[3]], const[3,8])")
+
+
+def scatternd_data_dependent_updates() -> Regression:
+    # updates are -a[0:3] (shape [min(N,3), 8]): onnxruntime errors unless N >= 4
+    op = [node("Slice", ["a", "z", "three", "z"], ["u"]), node("Neg", ["u"], ["nu"]),
+          node("ScatterND", ["a", "i", "nu"], ["s"])]
+    model = make_model(around(op, "a", "s"), [("x", F, ["N", 8])], [("y", F, 2)],
+                       {"i": np.array([[1], [2], [3]], np.int64), "z": np.array([0], np.int64),
+                        "three": np.array([3], np.int64), "c": np.float32(2.0)})
+    return Regression(model, sizes("N", [0, 1, 2, 3, 4, 9]), note="ScatterND(x[N,8], [[1],[2],[3]], -x[0:3])")
+
+
+# -- integer extremes in constants -------------------------------------------------------------------------------------
+EXTREME_CONSTANTS: dict[str, tuple[int, np.ndarray]] = {
+    "int64 [MAX, MIN]": (I64, np.array([I64_MAX, I64_MIN], np.int64)),
+    "int64 [MIN, MAX]": (I64, np.array([I64_MIN, I64_MAX], np.int64)),
+    "int64 [MAX-1, MAX, MIN]": (I64, np.array([I64_MAX - 1, I64_MAX, I64_MIN], np.int64)),  # +1 steps, wrapping
+    "int64 [MIN, 0, MAX]": (I64, np.array([I64_MIN, 0, I64_MAX], np.int64)),
+    "int32 [MAX, MIN]": (I32, np.array([I32_MAX, I32_MIN], np.int32)),
+    "int32 [MAX-1, MAX, MIN]": (I32, np.array([I32_MAX - 1, I32_MAX, I32_MIN], np.int32)),
+}
+
+
+def integer_extremes(key: str, use: str, layout: str) -> Regression:
+    """The constant (a row [k] against x[N,k], or a column [k,1] against x[N,k,1], where consecutive rows look
+    like an arithmetic progression) read element by element, with no overflow anywhere: max(|x|, c),
+    where(|x| > 0, c, |x|), concat(|x|, c[None]), |x| * 0 + c; then Add/Mul with 0/1."""
+    dtype, c = EXTREME_CONSTANTS[key]
+    k = c.size
+    shape: list = ["N", k] if layout == "row" else ["N", k, 1]
+    const = c if layout == "row" else c.reshape(k, 1)
+    if use == "max":
+        op = [node("Max", ["a", "k"], ["m"])]
+    elif use == "where":
+        op = [node("Greater", ["a", "zero"], ["p"]), node("Where", ["p", "k", "a"], ["m"])]
+    elif use == "concat":
+        op = [node("Unsqueeze", ["k", "ax0"], ["k2"]), node("Concat", ["a", "k2"], ["m"], axis=0)]
+    else:
+        op = [node("Mul", ["a", "zero"], ["z"]), node("Add", ["z", "k"], ["m"])]
+    npt = np.int64 if dtype == I64 else np.int32
+    ones = np.array([0, 1] * (k // 2) + [1] * (k % 2), npt).reshape(const.shape)
+    model = make_model(around(op, "a", "m"), [("x", dtype, shape)], [("y", dtype, len(shape))],
+                       {"k": const, "zero": np.array(0, npt), "ax0": np.array([0], np.int64), "c": ones})
+    return Regression(model, sizes("N", [0, 1, 3]), note=f"{use} with constant {key} as a {layout}")
+
+
+def extreme_indices(op: str, indices: list) -> Regression:
+    """Indices out of range at every size: onnxruntime always errors; evonnx must refuse or error too."""
+    idx = np.array(indices, np.int64)
+    if op == "Gather":
+        nd = node("Gather", ["a", "i"], ["g"], axis=0)
+        idx = idx.reshape(-1)
+    else:
+        nd = node("ScatterND", ["a", "i", "u"], ["g"])
+    model = make_model(around([nd], "a", "g"), [("x", F, ["N", 4])], [("y", F, 2)],
+                       {"i": idx, "u": np.ones((len(indices), 4), np.float32), "c": np.float32(3.0)})
+    return Regression(model, sizes("N", [0, 1, 3, 9]), require_kernel=False, note=f"{op} with indices {indices}")
+
+
+# -- Slice with extreme steps on symbolic dims ------------------------------------------------------------------------
+SLICES = [(-1, I64_MIN, I64_MIN), (I64_MAX, I64_MIN, I64_MIN), (0, I64_MAX, I64_MAX), (-1, -I64_MAX, I64_MIN),
+          (I64_MIN, I64_MAX, I64_MAX), (-2, I64_MIN, -I64_MAX), (1, I64_MAX, 1), (-3, I64_MAX, 2)]
+
+
+def slice_steps(start: int, end: int, step: int) -> Regression:
+    model = make_model(around([node("Slice", ["a", "s", "e", "ax", "k"], ["sl"])], "a", "sl"), [("x", F, ["N", 4])],
+                       [("y", F, 2)], {"s": np.array([start], np.int64), "e": np.array([end], np.int64),
+                                       "ax": np.array([0], np.int64), "k": np.array([step], np.int64),
+                                       "c": np.arange(4, dtype=np.float32)})
+    return Regression(model, sizes("N", [0, 1, 2, 5]), note=f"Slice(x[N,4], {start}:{end}:{step}, axis 0)")
+
+
+# -- Reshape with 0 and -1 on empty tensors ---------------------------------------------------------------------------
+RESHAPES = [([0, -1], 0), ([-1, 2], 0), ([2, -1], 0), ([0, 2, -1], 0), ([-1], 0), ([0, 0], 1), ([4, -1], 0),
+            ([-1, 0], 0)]
+
+
+def reshape(target: list[int], allowzero: int) -> Regression:
+    model = make_model(around([node("Reshape", ["a", "t"], ["r"], allowzero=allowzero)], "a", "r"),
+                       [("x", F, ["N", 4])], [("y", F, len(target))],
+                       {"t": np.array(target, np.int64), "c": np.float32(1.5)})
+    # With allowzero=1 a 0 is a literal 0: the model runs only at N = 0, so evonnx's own check may refuse it.
+    return Regression(model, sizes("N", [0, 1, 2, 3]), require_kernel=not (allowzero and 0 in target),
+                      note=f"Reshape(x[N,4], {target}, allowzero={allowzero})")
+
+
+# -- broadcasting two symbolic dims ----------------------------------------------------------------------------------
+def broadcast_same_axis() -> Regression:
+    # a[A,4] + yy[B,4]: onnxruntime accepts A == B, A == 1 or B == 1, and errors otherwise.
+    model = make_model(around([node("Add", ["a", "yy"], ["s"])], "a", "s"), [("x", F, ["A", 4]), ("yy", F, ["B", 4])],
+                       [("y", F, 2)], {"c": np.arange(4, dtype=np.float32)})
+    plans = [{"A": a, "B": b} for a, b in [(3, 3), (1, 3), (3, 1), (1, 1), (0, 1), (1, 0), (0, 0), (3, 5)]]
+    return Regression(model, plans, note="Add(x[A,4], y[B,4])")
+
+
+def broadcast_other_axes() -> Regression:
+    # a[A,1] * yy[1,B] -> [A,B]
+    model = make_model(around([node("Mul", ["a", "yy"], ["m"])], "a", "m"), [("x", F, ["A", 1]), ("yy", F, [1, "B"])],
+                       [("y", F, 2)], {"c": np.float32(2.0)})
+    plans = [{"A": a, "B": b} for a, b in [(3, 3), (1, 3), (3, 1), (0, 3), (3, 0), (2, 5)]]
+    return Regression(model, plans, note="Mul(x[A,1], y[1,B])")
+
+
+def _all() -> dict[str, Callable[[], Regression]]:
+    out: dict[str, Callable[[], Regression]] = {}
+    for i in (0, -1, 2):
+        out[f"gather-scalar-index/{i}"] = lambda i=i: gather_scalar(i)
+    out["scatternd-rows/const-updates"] = scatternd_rows
+    out["scatternd-rows/data-updates"] = scatternd_data_dependent_updates
+    for key in EXTREME_CONSTANTS:
+        for use in ("max", "where", "concat", "add"):
+            for layout in ("row", "column"):
+                out[f"int-extremes/{key}-{use}-{layout}"] = lambda k=key, u=use, lo=layout: integer_extremes(k, u, lo)
+    for op in ("Gather", "ScatterND"):
+        for name, ind in (("MAX,MIN", [[I64_MAX], [I64_MIN]]), ("MAX-1,MAX,MIN", [[I64_MAX - 1], [I64_MAX], [I64_MIN]]),
+                          ("MIN,0", [[I64_MIN], [0]])):
+            out[f"int-extreme-indices/{op}-{name}"] = lambda o=op, v=ind: extreme_indices(o, v)
+    for s, e, k in SLICES:
+        out[f"slice-steps/{s}:{e}:{k}"] = lambda s=s, e=e, k=k: slice_steps(s, e, k)
+    for target, az in RESHAPES:
+        out[f"reshape-empty/{target}-allowzero{az}"] = lambda t=target, a=az: reshape(t, a)
+    out["broadcast-symbols/same-axis"] = broadcast_same_axis
+    out["broadcast-symbols/other-axes"] = broadcast_other_axes
+    return out
+
+
+REGRESSIONS = _all()  # id -> () -> Regression (built on demand)
+# One model per class, for the sanitizer runs.
+SANITIZER_SUBSET = ("gather-scalar-index/0", "gather-scalar-index/2", "scatternd-rows/const-updates",
+                    "scatternd-rows/data-updates", "int-extremes/int64 [MAX-1, MAX, MIN]-concat-column",
+                    "slice-steps/-1:-9223372036854775808:-9223372036854775808", "reshape-empty/[0, -1]-allowzero0",
+                    "broadcast-symbols/same-axis")

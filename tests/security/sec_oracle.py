@@ -1,0 +1,300 @@
+"""The oracle of the security tests: optimize a case and run it next to onnxruntime, all in child processes.
+
+`check_case` returns an `Outcome` whose `findings` are one-line descriptions of everything that went wrong:
+- optimize raised anything but an `EvonnxError` (a clean refusal is no finding), or its process died;
+- model text escaped into the generated C (`sec_payloads.check_source`), or the canary marker file appeared while
+  optimizing or when a fresh process loaded and ran the library;
+- a run of the optimized model crashed, hung, or reported a sanitizer error;
+- at some sizes the optimized model returned a result where onnxruntime errors, errored where onnxruntime
+  returns one, or returned other values, shapes or types (exact for integer, bool and exact float outputs;
+  rtol 1e-4 otherwise; NaN == NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from sec_graphs import Case, make_feeds
+from sec_payloads import check_source
+
+from evonnx.api import library_path
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "sec_child.py"
+OPTIMIZE_TIMEOUT = 240
+RUN_TIMEOUT = 120
+# A child's address space is capped (sec_child.py), so that a runaway allocation fails instead of exhausting the
+# machine; not under ASan, which reserves terabytes of shadow address space.
+MEMORY_LIMIT = 6 << 30
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer", "UndefinedBehaviorSanitizer")
+
+
+@dataclass
+class Outcome:
+    findings: list[str] = field(default_factory=list)
+    status: str = ""  # optimize: ok / refused / exception / crashed
+    fused: int = 0  # Fused nodes in the optimized model
+    runs_compared: int = 0  # plans where both models gave outputs
+    runs_both_failed: int = 0
+    note: str = ""
+    crashes: list[str] = field(default_factory=list)  # sanitizer reports and deaths of runs (also in findings)
+
+    def crash(self, text: str) -> None:
+        self.crashes.append(text)
+        self.findings.append(text)
+
+    @property
+    def says_something(self) -> bool:
+        """The case exercised generated code: a Fused node exists (or a finding was made)."""
+        return bool(self.findings) or self.fused > 0
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("EVONNX_COST_MODEL", "defaults")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra or {})
+    if "LD_PRELOAD" not in env:
+        env["EVONNX_SEC_MEMORY_LIMIT"] = str(MEMORY_LIMIT)
+    return env
+
+
+def _run_child(args: Sequence[str], cwd: Path, timeout: float, env: Mapping[str, str]) -> tuple[int | None, str]:
+    """(return code or None on timeout, stderr tail)."""
+    try:
+        p = subprocess.run([sys.executable, str(CHILD), *args], cwd=cwd, env=dict(env), capture_output=True,
+                           text=True, errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return None, err
+    return p.returncode, p.stderr or ""  # whole: a sanitizer report starts long before its end
+
+
+def _describe_rc(rc: int | None) -> str:
+    if rc is None:
+        return "timed out"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited {rc}"
+
+
+def _sanitizer_report(stderr: str) -> str | None:
+    """The first line of a sanitizer report, with the first frame of ours (a kernel or the runtime) if any."""
+    lines = stderr.splitlines()
+    for k, line in enumerate(lines):
+        if any(m in line for m in SANITIZER_MARKERS):
+            frame = next((f.strip() for f in lines[k:k + 40] if re.search(r"#\d+ .*(evo|kernels\.c)", f)), "")
+            return (line.strip()[:240] + (f" | {frame[:200]}" if frame else ""))
+    return None
+
+
+def optimize_case(src: Path, dst: Path, dump: Path, work: Path, env: Mapping[str, str], outcome: Outcome,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict | None:
+    """Runs the optimize child; records findings; returns its result dict when it completed."""
+    result = work / "optimize.json"
+    extra = [json.dumps({k: list(v) for k, v in shapes.items()})] if shapes else []
+    rc, err = _run_child(["optimize", str(src), str(dst), str(dump), str(result), *extra], work, OPTIMIZE_TIMEOUT,
+                         env)
+    if not result.is_file():
+        outcome.status = "crashed"
+        tail = err.strip().splitlines()[-1:] if err.strip() else []
+        outcome.findings.append(f"optimize: the process {_describe_rc(rc)} ({'; '.join(tail)[:300]})")
+        return None
+    res = json.loads(result.read_text())
+    outcome.status = res["status"]
+    if res["status"] == "exception":
+        last = res["traceback"].strip().splitlines()
+        where = [ln.strip() for ln in last if ln.strip().startswith("File ")][-1:] or [""]
+        outcome.findings.append(f"optimize raised {res['type']} (not an EvonnxError): {res['message'][:200]!r} "
+                                f"at {where[0][:200]}")
+    elif res["status"] == "refused" and res["type"] == "BuildError":
+        # Generated C that does not compile is evonnx's bug, and with model text in it, text reaching the compiler.
+        first = res["message"].split("\n")
+        errors = [ln for ln in first if "error" in ln][:2]
+        outcome.findings.append(f"optimize: the generated C does not build: {first[0][:160]} "
+                                f"{' | '.join(errors)[:300]}")
+    elif res["status"] == "refused":
+        outcome.note = f"refused: {res['type']}: {res['message'][:300]}"
+    else:
+        outcome.fused = res["fused"]
+    return res
+
+
+def check_marker(marker: Path, when: str, outcome: Outcome) -> None:
+    if marker.exists():
+        outcome.findings.append(f"code from a model name ran: the canary marker file appeared {when}")
+        marker.unlink()
+
+
+def run_models(feeds: Sequence[tuple[str, Mapping[str, np.ndarray]]], original: Path, optimized: Path | None,
+               library: Path | None, work: Path, env: Mapping[str, str], *, arena: bool = True,
+               malloc_inputs: bool = False) -> tuple[list[dict], int | None, str, list[str]]:
+    """Runs the original (plain onnxruntime) and then the optimized model on every (label, feeds) in one child.
+
+    Returns (runs, return code, stderr tail, labels of the runs the child started)."""
+    runs = []
+    for k, (label, arrays) in enumerate(feeds):
+        path = work / f"feeds{k}.npz"
+        np.savez(path, *arrays.values())
+        Path(str(path) + ".names").write_text(json.dumps({f"arr_{i}": n for i, n in enumerate(arrays)}))
+        runs.append({"label": f"original/{k}", "model": str(original), "library": None, "feeds": str(path),
+                     "out": str(work / f"original{k}"), "threads": 1, "plan": label})
+    if optimized is not None:
+        for k, (label, _) in enumerate(feeds):
+            runs.append({"label": f"optimized/{k}", "model": str(optimized), "library": str(library),
+                         "feeds": str(work / f"feeds{k}.npz"), "out": str(work / f"optimized{k}"), "threads": 2,
+                         "plan": label})
+    spec = work / "run.json"
+    progress = work / "progress.txt"
+    progress.unlink(missing_ok=True)
+    spec.write_text(json.dumps({"runs": runs, "progress": str(progress), "arena": arena,
+                                "malloc_inputs": malloc_inputs}))
+    rc, err = _run_child(["run", str(spec)], work, RUN_TIMEOUT, env)
+    started = progress.read_text().split("\n") if progress.is_file() else []
+    return runs, rc, err, [s for s in started if s]
+
+
+def case_feeds(case: Case) -> list[tuple[str, dict[str, np.ndarray]]]:
+    return [(plan_text(p), make_feeds(case.inputs, dict(p), case.value_regime, case.seed + k))
+            for k, p in enumerate(case.plans)]
+
+
+def _load(out: str) -> tuple[list[np.ndarray] | None, str | None]:
+    if Path(out + ".npz").is_file():
+        with np.load(out + ".npz") as z:
+            return [z[f"arr_{i}"] for i in range(len(z.files))], None
+    if Path(out + ".err").is_file():
+        return None, Path(out + ".err").read_text()
+    return None, None
+
+
+def plan_text(plan: Mapping[str, int]) -> str:
+    return "{" + ", ".join(f"{_short(k)}={v}" for k, v in plan.items()) + "}" if plan else "static sizes"
+
+
+def _short(text: str, limit: int = 20) -> str:
+    r = repr(text)[1:-1]
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def compare(ref: np.ndarray, got: np.ndarray, exact: bool) -> str | None:
+    if ref.dtype != got.dtype or ref.shape != got.shape:
+        return f"gives {got.dtype}{list(got.shape)}, onnxruntime {ref.dtype}{list(ref.shape)}"
+    if exact or ref.dtype.kind != "f":
+        same = (ref == got) | (np.isnan(ref) & np.isnan(got)) if ref.dtype.kind == "f" else ref == got
+        if same.all():
+            return None
+        bad = np.argwhere(~same)
+    else:
+        finite = np.isfinite(ref)
+        scale = float(np.max(np.abs(ref[finite]))) if finite.any() else 1.0
+        with np.errstate(all="ignore"):
+            ok = np.isclose(got, ref, rtol=1e-4, atol=1e-5 * max(scale, 1.0), equal_nan=True)
+        if ok.all():
+            return None
+        bad = np.argwhere(~ok)
+    first = tuple(int(i) for i in bad[0]) if ref.ndim else ()
+    return (f"differs at {len(bad)} of {ref.size} positions, first {list(first)}: evonnx {got[first]!r}, "
+            f"onnxruntime {ref[first]!r}")
+
+
+def judge_runs(exact: bool, runs: list[dict], rc: int | None, err: str, started: list[str], outcome: Outcome,
+               what: str = "") -> None:
+    sanitizer = _sanitizer_report(err)
+    if sanitizer:
+        run = next((r for r in runs if started and r["label"] == started[-1]), None)
+        outcome.crash(f"{what}sanitizer: {sanitizer} (during {started[-1] if started else '?'}"
+                               f"{' at ' + run['plan'] if run else ''})")
+    died = rc != 0 and "done" not in started
+    if died:
+        last = started[-1] if started else "start-up"
+        if last.startswith("original"):
+            outcome.note += f" onnxruntime itself died on the original ({_describe_rc(rc)})"
+        elif not sanitizer:
+            run = next((r for r in runs if r["label"] == last), None)
+            plan = run["plan"] if run else "?"
+            tail = err.strip().splitlines()[-1:] if err.strip() else []
+            outcome.crash(f"{what}the optimized model's process {_describe_rc(rc)} at {plan} "
+                          f"({'; '.join(tail)[:200]})")
+    by_label = {r["label"]: r for r in runs}
+    for label, run in by_label.items():
+        if not label.startswith("optimized/"):
+            continue
+        k = label.split("/")[1]
+        ref, ref_err = _load(by_label[f"original/{k}"]["out"])
+        got, got_err = _load(run["out"])
+        plan = run["plan"]
+        if ref is None and ref_err is None:
+            continue  # the original did not run (onnxruntime died)
+        if got is None and got_err is None:
+            continue  # the optimized run never completed: reported above
+        if ref is None and got is not None:
+            shapes = [list(g.shape) for g in got]
+            outcome.findings.append(f"{what}at {plan} evonnx returns {shapes} where onnxruntime errors "
+                                    f"({ref_err.splitlines()[0][:160] if ref_err else ''})")
+        elif ref is not None and got is None:
+            outcome.findings.append(f"{what}at {plan} evonnx errors where onnxruntime returns a result: "
+                                    f"{(got_err or '').splitlines()[0][:240]}")
+        elif ref is None:
+            outcome.runs_both_failed += 1
+        else:
+            assert got is not None
+            outcome.runs_compared += 1
+            if len(ref) != len(got):
+                outcome.findings.append(f"{what}at {plan} evonnx gives {len(got)} outputs, onnxruntime {len(ref)}")
+                continue
+            for i, (r, g) in enumerate(zip(ref, got)):
+                diff = compare(r, g, exact)
+                if diff:
+                    outcome.findings.append(f"{what}at {plan} output {i} {diff}")
+
+
+def check_case(case: Case, work: Path, marker: Path, env_extra: Mapping[str, str] | None = None) -> Outcome:
+    """Optimize `case` and compare it with onnxruntime, everything in child processes under `work`."""
+    work.mkdir(parents=True, exist_ok=True)
+    outcome = Outcome()
+    env = child_env(env_extra)
+    src = work / "original.onnx"
+    onnx.save(case.model, str(src))
+    out_dir = work / "out"
+    out_dir.mkdir(exist_ok=True)
+    dst = out_dir / case.file_name
+    dump = work / "dump"
+    res = optimize_case(src, dst, dump, work, env, outcome)
+    check_marker(marker, "while optimizing (evonnx's own check loads the library)", outcome)
+    if res is None or res["status"] != "ok":
+        return outcome
+    source = dump / "kernels.c"
+    if source.is_file():
+        outcome.findings += check_source(source.read_text(errors="replace"))
+    else:
+        outcome.findings.append("optimize --dump-dir wrote no kernels.c")
+    runs, rc, err, started = run_models(case_feeds(case), src, dst, library_path(dst), work, env)
+    check_marker(marker, "when a fresh process loaded the optimized model's library and ran it", outcome)
+    judge_runs(case.exact, runs, rc, err, started, outcome)
+    return outcome
+
+
+def save_finding(case: Case, outcome: Outcome, folder: Path, key: str) -> Path:
+    """Keeps the failing model and a summary next to it; returns the model's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.onnx"
+    onnx.save(case.model, str(path))
+    (folder / f"{key}.txt").write_text(
+        f"{case.describe()}\nexact: {case.exact}; file name {case.file_name!r}; seed {case.seed}\n"
+        + "\n".join(outcome.findings) + "\n")
+    return path

@@ -1,0 +1,118 @@
+"""One deterministic regression per bug class of the security issue: each model is optimized and run next to
+onnxruntime by the fuzzer's oracle (child processes, sizes including 0 and 1), and must behave as onnxruntime
+does: the same outputs, or an error wherever onnxruntime errors; no code from a name runs, nothing crashes.
+
+The models (sec_models.REGRESSIONS) have fusible nodes around the op under test, and the test requires a Fused
+kernel, so it cannot pass because evonnx left everything to onnxruntime (except for models that are invalid at
+every size, which evonnx may refuse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from sec_graphs import I64_MAX, case_from_model
+from sec_models import REGRESSIONS, make_model, node
+from sec_oracle import check_case
+from sec_payloads import TEMPLATES, Canary, escaped_identifiers, payload
+
+pytestmark = pytest.mark.compiler
+
+F = TensorProto.FLOAT
+
+
+def _check(model: onnx.ModelProto, plans: Sequence[dict[str, int]], tmp_path: Path, *, exact: bool = True,
+           file_name: str = "model.opt.onnx", marker: Path | None = None, require_kernel: bool = True) -> None:
+    case = case_from_model(model, plans, exact=exact, file_name=file_name)
+    outcome = check_case(case, tmp_path / "case", marker or tmp_path / "no-marker")
+    if outcome.findings:
+        pytest.fail("\n".join([case.describe()] + outcome.findings), pytrace=False)
+    if require_kernel:
+        assert outcome.status == "ok" and outcome.fused > 0, (
+            f"evonnx generated no kernel, so the test says nothing: {outcome.status} {outcome.note}")
+
+
+# -- 1. model text reaching generated C ------------------------------------------------------------------------
+def _named_model(text: str) -> onnx.ModelProto:
+    """x[N,4] + y[M,4] through Add/Mul/Slice/Neg, with `text` in every tensor, node, initializer, dim_param,
+    graph and doc string (M is the plain symbol: at N != M the kernel's size check reports names)."""
+    def nm(tag: str) -> str:
+        return f"{text}#{tag}"
+
+    nodes = [
+        node("Add", [nm("x"), nm("c")], [nm("a")]),
+        node("Mul", [nm("a"), nm("y")], [nm("b")]),
+        node("Slice", [nm("b"), nm("st"), nm("en"), nm("ax"), nm("sp")], [nm("s")]),
+        node("Neg", [nm("s")], [nm("out")]),
+    ]
+    for k, nd in enumerate(nodes):
+        nd.name = nm(f"node{k}")
+        nd.doc_string = nm(f"doc{k}")
+    nodes.insert(0, helper.make_node("Constant", [], [nm("c")], name=nm("const"),
+                                     value=numpy_helper.from_array(np.arange(4, dtype=np.float32), nm("cv"))))
+    nodes[0].attribute[0].doc_string = nm("attrdoc")
+    model = make_model(nodes, [(nm("x"), F, [nm("N"), 4]), (nm("y"), F, ["M", 4])], [(nm("out"), F, 2)],
+                   {nm("st"): np.array([1], np.int64), nm("en"): np.array([I64_MAX], np.int64),
+                    nm("ax"): np.array([0], np.int64), nm("sp"): np.array([1], np.int64)}, name=nm("graph"))
+    model.graph.doc_string = nm("gdoc")
+    model.doc_string = nm("mdoc")
+    model.graph.input[0].doc_string = nm("vdoc")
+    for init in model.graph.initializer:
+        init.doc_string = nm("idoc")
+    helper.set_model_props(model, {nm("key"): nm("value")})
+    return model
+
+
+@pytest.mark.parametrize("template", [t for _, t, _ in TEMPLATES], ids=[name for name, _, _ in TEMPLATES])
+def test_names_never_become_code(template: str, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    canary = Canary(marker=str(marker), tag="reg")
+    text = payload(canary, template, 1)
+    file_ok = next(ok for _, t, ok in TEMPLATES if t == template)
+    file_name = (text[:150] + ".onnx") if file_ok else "model.opt.onnx"
+    # (Slice start 1 on an empty N is the Slice test's business; here N >= 1, and N != M reaches the size check.)
+    plans = [{text + "#N": n, "M": n} for n in (1, 3)] + [{text + "#N": 3, "M": 5}]
+    _check(_named_model(text), plans, tmp_path, file_name=file_name, marker=marker)
+    assert not marker.exists()
+
+
+def _naive_string(text: str) -> str:
+    """What an escaper that knows C's escapes but not trigraphs makes of `text`."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+
+
+def test_names_check_flags_a_raw_injection() -> None:
+    """The static check is not vacuous: each template that carries code, pasted into a comment, a line comment
+    or a string or character literal, raw or through a naive escaper (`*/` broken up; quotes, backslashes and newlines
+    escaped, trigraphs not), escapes in at least one of them, and the check reports it."""
+    canary = Canary(marker="/nonexistent/marker", tag="self")
+    for k, (name, template, _) in enumerate(TEMPLATES):
+        text = payload(canary, template, k)
+        if "{C}" not in template and "#define" not in template:
+            continue
+        contexts = [f"/* source nodes: {text} */\nint x;\n", f"// {text}\nint y;\n",
+                    f'static const char *s = "{text}";\n',
+                    f"/* source nodes: {text.replace('*/', '* /')} */\nint x;\n",
+                    f'static const char *s = "{_naive_string(text)}";\n', f"static const char c = '{text}';\n"]
+        assert any(escaped_identifiers(src) for src in contexts), name
+    assert not escaped_identifiers("/* evo_canary_self_1 */ static const char *s = \"evo_canary_self_2\";\n")
+    assert escaped_identifiers("/* a *??/\n/ int evo_canary_self_3; /* */\n")  # trigraph + splice end a comment
+    assert escaped_identifiers('const char *s = "a??/\\"; int evo_canary_self_4; "";\n')
+
+
+# -- 2 to 7: sizes, indices, constants ----------------------------------------------------------------------------
+@pytest.mark.parametrize("key", [k for k in REGRESSIONS if not k.startswith("int-extremes/")])
+def test_bug_class_regression(key: str, tmp_path: Path) -> None:
+    reg = REGRESSIONS[key]()
+    _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel)
+
+
+@pytest.mark.parametrize("key", [k for k in REGRESSIONS if k.startswith("int-extremes/")])
+def test_integer_extreme_constants(key: str, tmp_path: Path) -> None:
+    reg = REGRESSIONS[key]()
+    _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel)
