@@ -58,9 +58,9 @@ class KernelOutput:
 @dataclass(frozen=True)
 class SizeCheck:
     """A fact about run-time sizes that a kernel's plan relies on; the kernel checks it before it touches memory
-    and fails the Run, naming it, when it does not hold: `lhs == rhs` (kind "eq", e.g. two symbolic sizes that
-    broadcast against each other) or `lhs <= rhs` (kind "le", e.g. a constant Gather index within a symbolic
-    axis). A check with `unless` holds trivially when `unless` is 0 at run time (an empty index grid)."""
+    and fails the Run, naming it, when it does not hold: `lhs` and `rhs` broadcast (kind "bcast": equal, or one
+    of them 1), `lhs == rhs` (kind "eq") or `lhs <= rhs` (kind "le", e.g. a constant Gather index within a
+    symbolic axis). A check with `unless` holds trivially when `unless` is 0 at run time (an empty index grid)."""
 
     kind: str
     lhs: Poly

@@ -72,10 +72,14 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
             arr = (rng.standard_normal(shape) * scale).astype(dtype)
         elif dtype == np.bool_:
             arr = rng.random(shape) < 0.5
-        else:
+        elif np.issubdtype(dtype, np.integer):
             top = min(int(high), int(np.iinfo(dtype).max))
             arr = rng.integers(0, top, size=tuple(shape)).astype(dtype)
-        feeds[i.name] = arr
+        else:  # strings: evonnx never fuses them; the check only has to feed something onnxruntime accepts
+            arr = np.array([f"s{v}" for v in rng.integers(0, 1000, size=int(np.prod(shape)))],
+                           dtype=object).reshape(shape)
+        # a rank-0 input is a 0-d array (numpy's scalars are refused by onnxruntime)
+        feeds[i.name] = np.asarray(arr, dtype=dtype)
     return feeds
 
 

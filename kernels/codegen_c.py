@@ -473,7 +473,15 @@ def _kernel_source(spec: KernelSpec) -> str:
                 f"        return 1;\n    }}")
     for c in spec.checks:
         pa, pb = print_poly(c.lhs, names), print_poly(c.rhs, names)
-        if c.kind == "eq":
+        if c.kind == "bcast":
+            checks.append(
+                f"    if ({pa} != {pb} && {pa} != 1 && {pb} != 1) {{\n"
+                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {encode(str(c.lhs))} = %lld and "
+                f"{encode(str(c.rhs))} = %lld do not broadcast ({encode(c.why, limit=240)}; onnxruntime fails "
+                f"this node too)\",\n"
+                f"                 (long long){pa}, (long long){pb});\n"
+                f"        return 1;\n    }}")
+        elif c.kind == "eq":
             checks.append(
                 f"    if ({pa} != {pb}) {{\n"
                 f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {encode(str(c.lhs))} = %lld and "

@@ -34,7 +34,7 @@ from pathlib import Path
 from string import Template
 
 from evonnx.expr import Expr, ValueTable, substitute, walk
-from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, subs
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, is_nonneg, subs
 from evonnx.kernels.codegen_c import (
     MAX_UNROLL,
     _helpers,
@@ -213,6 +213,11 @@ def _amag(a: Atom, names: Names) -> str:
         return _mag(a.num, names)
     if isinstance(a, Mod):  # |fmod(n, d)| < |d|
         return _mag(a.den, names)
+    if isinstance(a, Min):
+        # min(x, c) of a size x >= 0 and a constant c >= 0 lies in [0, c] (broadcast sizes have min(.., 1))
+        for x, y in ((a.a, a.b), (a.b, a.a)):
+            if y.const is not None and y.const >= 0 and is_nonneg(x):
+                return f"{y.const}.0"
     if isinstance(a, (Min, Max)):
         x, y = (a.a, a.b)
         return f"fmax({_mag(x, names)}, {_mag(y, names)})"

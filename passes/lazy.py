@@ -28,7 +28,7 @@ from evonnx.expr import (
     index_val,
     where,
 )
-from evonnx.index import Poly, PolyLike, Table, floordiv, is_le, lookup, mod, product, var
+from evonnx.index import Poly, PolyLike, Table, floordiv, is_le, lookup, mod, pmax, pmin, product, var
 from evonnx.records import SizeCheck
 from evonnx.view import View
 
@@ -93,6 +93,9 @@ def _flat(idx: Index, shape: Sequence[Poly]) -> Poly:
 
 
 def _unflat(flat: Poly, shape: Sequence[Poly]) -> Index:
+    if any(d.const == 0 for d in shape):
+        # A tensor with no elements: no index into it is ever evaluated (and dividing by its 0 would fail)
+        return tuple(Poly() for _ in shape)
     out: list[Poly] = []
     rest = flat
     for k in range(len(shape) - 1, -1, -1):
@@ -315,14 +318,17 @@ def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
     if shape == x.shape:
         return x
     lead = len(shape) - x.rank
-    # sizes other than 1 are equal to the target's: proven, or assumed and checked at run time by the kernel
+    # A size 1 repeats; a size equal to the target's is read as is; any other size broadcasts at run time (the
+    # kernel checked that it is the target's or 1), and is read at min(i, size - 1): i, or 0 when it is 1.
     keep = [x.shape[k].const != 1 for k in range(x.rank)]
+    same = [x.shape[k] == shape[lead + k] for k in range(x.rank)]
     v = None
-    if x.view and all(x.shape[k] == shape[lead + k] or not keep[k] for k in range(x.rank)):
+    if x.view and all(same[k] or not keep[k] for k in range(x.rank)):
         v = (x.view[0], x.view[1].expand(shape))
 
     def m(idx: Index) -> Index:
-        return tuple(idx[lead + k] if keep[k] else Poly() for k in range(x.rank))
+        return tuple(idx[lead + k] if same[k] else pmin(idx[lead + k], x.shape[k] - 1) if keep[k] else Poly()
+                     for k in range(x.rank))
 
     return remap(x, shape, m, v)
 
@@ -359,6 +365,39 @@ def require_le(lhs: Poly, rhs: Poly, why: str, unless: Poly | None = None) -> No
         collected.append(SizeCheck("le", lhs, rhs, why, unless))
 
 
+def broadcast_dim(a: Poly, b: Poly, what: str) -> Poly:
+    """The ONNX (numpy) broadcast of two sizes: equal, or one of them 1. Sizes that are not provably 1 or equal
+    broadcast at run time, as onnxruntime does: the result is `b` when `a` is 1, else `a` (written
+    `max(a, b) * min(a, b, 1)`, which is that for every pair that broadcasts), and the kernel checks that the
+    pair broadcasts before it touches memory."""
+    if a == b or b.const == 1:
+        return a
+    if a.const == 1:
+        return b
+    if a.const is not None and b.const is not None:
+        raise Reject(f"{what}: sizes {a.const} and {b.const} do not broadcast")
+    collected = _checks.get()
+    if collected is not None:
+        collected.append(SizeCheck("bcast", a, b, what))
+    if b in _BROADCAST_OF.get(a, ()):
+        return a
+    if a in _BROADCAST_OF.get(b, ()):
+        return b
+    if b.const is not None:
+        a, b = b, a
+    if a.const is not None:
+        # a constant c != 1 against a size that must be c or 1: the result is c
+        return a
+    out = pmax(a, b) * pmin(pmin(a, b), Poly.of(1))
+    # broadcasting the result against a or b again gives the result (the pair was checked): chains of elementwise
+    # ops over the same two sizes keep one size instead of nesting
+    _BROADCAST_OF[out] = _BROADCAST_OF.get(a, frozenset()) | _BROADCAST_OF.get(b, frozenset()) | {a, b}
+    return out
+
+
+_BROADCAST_OF: dict[Poly, frozenset[Poly]] = {}  # broadcast size -> the sizes it is the broadcast of
+
+
 def broadcast_shapes(shapes: Sequence[Sequence[Poly]], what: str) -> tuple[Poly, ...]:
     rank = max(len(s) for s in shapes)
     out: list[Poly] = []
@@ -368,14 +407,12 @@ def broadcast_shapes(shapes: Sequence[Sequence[Poly]], what: str) -> tuple[Poly,
         consts = {d.const for d in dims if d.const is not None}
         if len(consts) > 1:
             raise Reject(f"{what}: sizes {sorted(consts)} do not broadcast")
-        if len(dims) > 1:
-            # Two different symbolic sizes: valid ONNX needs them equal (or one of them 1, which evonnx does not
-            # handle). Assume the first and make the kernel check the equality at run time.
-            collected = _checks.get()
-            for d in dims[1:]:
-                if collected is not None:
-                    collected.append(SizeCheck("eq", dims[0], d, what))
-        out.append(dims[0] if dims else Poly.of(1))
+        # a constant first, so that symbolic sizes are checked against it and the result stays constant
+        dims.sort(key=lambda d: d.const is None)
+        result = dims[0] if dims else Poly.of(1)
+        for d in dims[1:]:
+            result = broadcast_dim(result, d, what)
+        out.append(result)
     return tuple(out)
 
 

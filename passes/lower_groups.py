@@ -117,6 +117,11 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
         return None
     inputs = [KernelInput(name, an.tensors[name].dtype or "", an.tensors[name].shape or ()) for name in slots]
     _bind_symbols(inputs, outputs, an, checks)
+    if not inputs:
+        # Everything the group computes is constant (a ConstantOfShape too big to fold, say): onnxruntime folds
+        # such nodes once at session start, where a kernel would recompute them on every Run (and its schema
+        # takes at least one input). They stay with onnxruntime.
+        return None
     return KernelSpec(group.name, tuple(inputs), tuple(outputs), group.nodes, group.ops,
                       all(is_exact(o.expr) for o in outputs),
                       tuple({(c.kind, c.lhs, c.rhs, c.unless): c for c in checks}.values()))

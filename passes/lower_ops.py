@@ -233,6 +233,12 @@ def _reshape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[L
         elif t.const is not None and t.const < 0:
             raise Reject(f"Reshape shape has {t.const}")
         else:
+            if t.const is None and not allowzero and not (k < x.rank and t == x.shape[k]):
+                # A size from the graph that is 0 at run time copies input dim k instead (allowzero=0); onnxruntime
+                # then fails the node or reshapes to other sizes. The kernel relies on it being >= 1, or on input
+                # dim k being 0 too (when the copy is that same 0).
+                L.require_le(Poly.of(1), t, f"Reshape shape entry {k} ({t}) is 0, which copies input dim {k}",
+                             unless=x.shape[k] if k < x.rank else None)
             out.append(t)
     total = L.numel(x)
     if out.count(None) > 1:
@@ -481,6 +487,11 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
             axes = []  # noop_with_empty_axes: the transforms still apply to every element
         if kind in ("mean", "l2", "logsum", "logsumexp") and x.dtype not in E.FLOATS:
             raise Reject(f"{op} of integers is not supported")
+        if kind in ("sum", "prod", "l1", "sumsquare") and x.dtype not in E.FLOATS:
+            # onnxruntime 1.31 accumulates integer sums and products in double and saturates the result:
+            # ReduceSum(int64 [2^53 + 1, 2]) is 2^53 + 2 and an overflowing sum is INT_MAX, not the wrapped value.
+            # Exact wrapping arithmetic would differ from it, so these stay with onnxruntime.
+            raise Reject(f"{op} of integers rounds through double in onnxruntime")
         keep = int(attrs.get("keepdims", 1))
         for a in axes:
             if x.shape[a].const == 0:

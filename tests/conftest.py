@@ -13,11 +13,3 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "compiler: needs gcc/g++ (and onnxruntime's C API headers)")
     config.addinivalue_line("markers", "cuda: needs an NVIDIA GPU with a working driver")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
-
-# The issue-8 security suites (tests/security, tests/kernels/test_sanitizers.py) still have open findings
-# (symbolic broadcasting of a size 1, all-zero sizes in two shipped models); they run when
-# EVONNX_SECURITY_TESTS=1 until those are fixed, and then join the default run.
-import os as _os  # noqa: E402
-
-if not _os.environ.get("EVONNX_SECURITY_TESTS"):
-    collect_ignore = ["security", "kernels/test_sanitizers.py"]

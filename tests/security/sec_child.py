@@ -49,11 +49,11 @@ def run(spec_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     progress = open(spec["progress"], "a", buffering=1)  # noqa: SIM115 - kept open for the life of the child
-    sessions: dict[tuple[str, str | None, int], object] = {}
+    sessions: dict[tuple[str, str | None, int, bool], object] = {}
     for run in spec["runs"]:
         progress.write(run["label"] + "\n")
         progress.flush()
-        key = (run["model"], run["library"], run["threads"])
+        key = (run["model"], run["library"], run["threads"], run.get("optimize", True))
         try:
             if key not in sessions:
                 so = ort.SessionOptions()
@@ -61,6 +61,8 @@ def run(spec_path: str) -> int:
                 so.intra_op_num_threads = run["threads"]
                 so.inter_op_num_threads = 1
                 so.enable_cpu_mem_arena = bool(spec.get("arena", True))
+                if not run.get("optimize", True):
+                    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
                 if run["library"] is not None:
                     so.register_custom_ops_library(run["library"])
                 sessions[key] = ort.InferenceSession(run["model"], so, providers=["CPUExecutionProvider"])

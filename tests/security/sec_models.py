@@ -159,7 +159,8 @@ def broadcast_same_axis() -> Regression:
     # a[A,4] + yy[B,4]: onnxruntime accepts A == B, A == 1 or B == 1, and errors otherwise.
     model = make_model(around([node("Add", ["a", "yy"], ["s"])], "a", "s"), [("x", F, ["A", 4]), ("yy", F, ["B", 4])],
                        [("y", F, 2)], {"c": np.arange(4, dtype=np.float32)})
-    plans = [{"A": a, "B": b} for a, b in [(3, 3), (1, 3), (3, 1), (1, 1), (0, 1), (1, 0), (0, 0), (3, 5)]]
+    pairs = [(3, 3), (1, 3), (3, 1), (1, 1), (0, 1), (1, 0), (0, 0), (3, 5), (0, 3), (3, 0)]
+    plans = [{"A": a, "B": b} for a, b in pairs]
     return Regression(model, plans, note="Add(x[A,4], y[B,4])")
 
 
@@ -169,6 +170,69 @@ def broadcast_other_axes() -> Regression:
                        [("y", F, 2)], {"c": np.float32(2.0)})
     plans = [{"A": a, "B": b} for a, b in [(3, 3), (1, 3), (3, 1), (0, 3), (3, 0), (2, 5)]]
     return Regression(model, plans, note="Mul(x[A,1], y[1,B])")
+
+
+def broadcast_constant() -> Regression:
+    # a[N,4] + yy[3,4]: onnxruntime accepts N == 3 and N == 1 (the result is [3,4] then) and errors otherwise.
+    model = make_model(around([node("Add", ["a", "yy"], ["s"])], "a", "s"), [("x", F, ["N", 4]), ("yy", F, [3, 4])],
+                       [("y", F, 2)], {"c": np.arange(4, dtype=np.float32)})
+    return Regression(model, sizes("N", [3, 1, 0, 2, 5]), note="Add(x[N,4], y[3,4])")
+
+
+# -- Reshape to sizes read from the graph, which copy an input dim when they are 0 -------------------------------------
+def reshape_from_shapes() -> Regression:
+    # x[1,6,H,W] -> Reshape to [1, 2, 3, H, W] built from Shape/Gather: at H = 0 the entry 0 copies input dim 3
+    # (W) under allowzero=0, so onnxruntime fails the node unless W is 0 too; at W = 0 it copies a dim x lacks.
+    nodes = [node("Shape", ["x"], ["sh"]), node("Gather", ["sh", "i2"], ["h"], axis=0),
+             node("Gather", ["sh", "i3"], ["w"], axis=0), node("Concat", ["head", "h", "w"], ["t"], axis=0),
+             *around([node("Reshape", ["a", "t"], ["r"])], "a", "r")]
+    model = make_model(nodes, [("x", F, [1, 6, "H", "W"])], [("y", F, 5)],
+                       {"i2": np.array([2], np.int64), "i3": np.array([3], np.int64),
+                        "head": np.array([1, 2, 3], np.int64), "c": np.float32(0.5)})
+    plans = [{"H": h, "W": w} for h, w in [(2, 3), (0, 3), (3, 0), (0, 0), (1, 1)]]
+    return Regression(model, plans, note="Reshape(x[1,6,H,W], [1,2,3,H,W] from Shape)")
+
+
+# -- groups whose every input is a constant ---------------------------------------------------------------------------
+def constant_group() -> Regression:
+    # ConstantOfShape -> Neg -> Abs -> Sigmoid is constant but large; a kernel with no inputs is invalid in
+    # onnxruntime ("Fused has input size 0"), so such nodes stay with onnxruntime, which folds them once.
+    nodes = [node("ConstantOfShape", ["shp"], ["k"], value=numpy_helper.from_array(np.array([1.5], np.float32))),
+             node("Neg", ["k"], ["nk"]), node("Abs", ["nk"], ["ak"]), node("Sigmoid", ["ak"], ["sk"]),
+             *around([node("Add", ["a", "sk"], ["s"])], "a", "s")]
+    model = make_model(nodes, [("x", F, ["N", 1024, 1100])], [("y", F, 3)],
+                       {"shp": np.array([1024, 1100], np.int64), "c": np.float32(2.0)})
+    return Regression(model, sizes("N", [1]), note="ConstantOfShape([1024,1100]) -> Neg -> Abs -> Sigmoid -> Add(x)")
+
+
+# -- static empty tensors through reshapes -----------------------------------------------------------------------------
+def static_empty(shape: list, perm: list[int]) -> Regression:
+    # a dim that is 0 in the model itself: flattening index arithmetic must not divide by it
+    model = make_model(around([node("Unsqueeze", ["a", "one"], ["u"]), node("Transpose", ["u"], ["t"], perm=perm),
+                               node("Flatten", ["t"], ["f"], axis=2), node("Neg", ["f"], ["g"])], "a", "g"),
+                       [("x", I64, shape)], [("y", I64, 2)],
+                       {"one": np.array([1], np.int64), "c": np.array(3, np.int64)})
+    return Regression(model, [{"M": m, "N": n} for m, n in [(0, 0), (1, 2), (3, 1)]], require_kernel=False,
+                      note=f"Unsqueeze/Transpose/Flatten of int64{shape}")
+
+
+# -- integer reductions that overflow ----------------------------------------------------------------------------------
+def integer_reduction(op: str, dtype: int) -> Regression:
+    # onnxruntime sums integers in double and saturates; evonnx must give its values (or leave the node to it)
+    npt = np.int64 if dtype == I64 else np.int32
+    big = npt(1 << 61) if dtype == I64 else npt(1 << 29)
+    nodes = [node("Abs", ["x"], ["a"]), node("Mul", ["a", "big"], ["m"]),
+             node(op, ["m", "ax"], ["r"], keepdims=0), node("Neg", ["r"], ["y"])]
+    model = make_model(nodes, [("x", dtype, ["N", 40])], [("y", dtype, 1)],
+                       {"big": big, "ax": np.array([1], np.int64)})
+    return Regression(model, sizes("N", [0, 1, 3]), require_kernel=False, note=f"{op} over int{npt().nbytes * 8}")
+
+
+# -- a rank-0 input --------------------------------------------------------------------------------------------------
+def scalar_input() -> Regression:
+    model = make_model(around([node("Mul", ["a", "s"], ["m"])], "a", "m"), [("x", F, ["N", 4]), ("s", F, [])],
+                       [("y", F, 2)], {"c": np.float32(2.0)})
+    return Regression(model, sizes("N", [0, 1, 3]), note="Mul(x[N,4], s[]) with a 0-d input")
 
 
 def _all() -> dict[str, Callable[[], Regression]]:
@@ -191,6 +255,15 @@ def _all() -> dict[str, Callable[[], Regression]]:
         out[f"reshape-empty/{target}-allowzero{az}"] = lambda t=target, a=az: reshape(t, a)
     out["broadcast-symbols/same-axis"] = broadcast_same_axis
     out["broadcast-symbols/other-axes"] = broadcast_other_axes
+    out["broadcast-symbols/constant"] = broadcast_constant
+    out["reshape-from-shapes/zero-copies"] = reshape_from_shapes
+    out["constant-group/no-inputs"] = constant_group
+    for shape, perm in ((["M", "N", 0], [3, 1, 0, 2]), (["M", 0, "N"], [0, 2, 1, 3]), ([0, "M"], [1, 0, 2])):
+        out[f"static-empty/{shape}-{perm}"] = lambda s=shape, p=perm: static_empty(s, p)
+    for op in ("ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
+        for dtype, bits in ((I64, 64), (I32, 32)):
+            out[f"integer-reduction/{op}-int{bits}"] = lambda o=op, d=dtype: integer_reduction(o, d)
+    out["scalar-input/rank-0"] = scalar_input
     return out
 
 
