@@ -238,7 +238,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     if op == "cast":
         return f"(({t})({a[0]} != 0))" if e.dtype == "bool" else f"(({t}){a[0]})"
     if op == "neg":
-        return f"(({t})(-({UTYPE[src]}){a[0]}))" if src in SIGNED else f"(-{a[0]})"
+        # "- x", not "-x": a literal -0x0.0p+0f after a bare minus would read as the decrement operator
+        return f"(({t})(-({UTYPE[src]}){a[0]}))" if src in SIGNED else f"(- {a[0]})"
     if op in ("abs", "relu", "sign"):
         return f"evo_{op}_{s}({a[0]})"
     if op == "reciprocal":
