@@ -310,6 +310,24 @@ def where(c: Expr, a: Expr, b: Expr) -> Expr:
     return Op("where", (c, a, b), a.dtype)
 
 
+_WIDE = {"int64": 64, "int32": 32, "int16": 32, "int8": 32, "uint32": 64, "uint16": 32, "uint8": 32}
+
+
+def float_to_int(x: float, dtype: str) -> int:
+    """onnxruntime's CPU Cast of a finite float to an integer type (x86-64 static_cast, as the kernels'
+    evo_f2* helpers): truncation through a 32- or 64-bit conversion whose out-of-range result is INT_MIN, then
+    wrapped to the type."""
+    bits = _WIDE.get(dtype, 64)
+    v = int(x)  # truncates toward 0
+    if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+        v = -(1 << (bits - 1))
+    width = np.iinfo(np.dtype(dtype)).bits
+    v &= (1 << width) - 1
+    if dtype.startswith("int") and v >= 1 << (width - 1):
+        v -= 1 << width
+    return v
+
+
 def cast(a: Expr, dtype: str) -> Expr:
     if a.dtype == dtype:
         return a
@@ -319,7 +337,7 @@ def cast(a: Expr, dtype: str) -> Expr:
         if a.dtype in FLOATS and dtype in INTS:
             if not np.isfinite(a.value):
                 return Op("cast", (a,), dtype)
-            return const(int(a.value), dtype)  # C truncation
+            return const(float_to_int(float(a.value), dtype), dtype)
         return const(a.value, dtype)
     if isinstance(a, IndexVal) and dtype in INTS and dtype != "int64":
         return Op("cast", (a,), dtype)

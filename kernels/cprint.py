@@ -236,7 +236,11 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     if op == "where":
         return f"({a[0]} ? {a[1]} : {a[2]})"
     if op == "cast":
-        return f"(({t})({a[0]} != 0))" if e.dtype == "bool" else f"(({t}){a[0]})"
+        if e.dtype == "bool":
+            return f"(({t})({a[0]} != 0))"
+        if src in FLOATS and e.dtype in INTS:
+            return f"evo_f2{SUFFIX[e.dtype]}({a[0]})"  # defined out of range (kernels/templates/helpers.h)
+        return f"(({t}){a[0]})"
     if op == "neg":
         # "- x", not "-x": a literal -0x0.0p+0f after a bare minus would read as the decrement operator
         return f"(({t})(-({UTYPE[src]}){a[0]}))" if src in SIGNED else f"(- {a[0]})"

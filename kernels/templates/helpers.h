@@ -52,3 +52,25 @@ EVO_UNSIGNED_DIV(uint8_t, u8)
 EVO_UNSIGNED_DIV(uint16_t, u16)
 EVO_UNSIGNED_DIV(uint32_t, u32)
 EVO_UNSIGNED_DIV(uint64_t, u64)
+
+/* Float to integer Cast as onnxruntime's kernels do it on their device. On the CPU (x86-64) a static_cast is a
+ * cvtt* instruction: NaN and values outside the 32- or 64-bit range give the "integer indefinite" INT_MIN, and the
+ * narrower types truncate that 32-bit result (uint32 goes through 64 bits). C leaves out-of-range conversions
+ * undefined (gcc may fold (float)(int64_t)x into truncf), so the range is tested first. On the GPU a conversion
+ * saturates (NaN gives 0), which is what onnxruntime's CUDA Cast computes. */
+#ifdef __CUDACC__
+#define EVO_F2I(T, S, W) EVO_FN T evo_f2##S(double x) { return (T)x; }
+#else
+#define EVO_F2I(T, S, W) EVO_FN T evo_f2##S(double x) { return (T)evo_f2##W(x); }
+EVO_FN int32_t evo_f2i32w(double x) { return (x >= -2147483648.0 && x < 2147483648.0) ? (int32_t)x : INT32_MIN; }
+EVO_FN int64_t evo_f2i64w(double x) {
+    return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? (int64_t)x : INT64_MIN;
+}
+#endif
+EVO_F2I(int64_t, i64, i64w)
+EVO_F2I(int32_t, i32, i32w)
+EVO_F2I(int16_t, i16, i32w)
+EVO_F2I(int8_t, i8, i32w)
+EVO_F2I(uint32_t, u32, i64w)
+EVO_F2I(uint16_t, u16, i32w)
+EVO_F2I(uint8_t, u8, i32w)

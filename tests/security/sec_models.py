@@ -26,6 +26,7 @@ class Regression:
     plans: list[dict[str, int]]
     require_kernel: bool = True
     note: str = ""
+    regime: str = "small"  # input values (sec_graphs.make_feeds)
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int, list]],
@@ -129,7 +130,8 @@ def extreme_indices(op: str, indices: list) -> Regression:
 
 # -- Slice with extreme steps on symbolic dims ------------------------------------------------------------------------
 SLICES = [(-1, I64_MIN, I64_MIN), (I64_MAX, I64_MIN, I64_MIN), (0, I64_MAX, I64_MAX), (-1, -I64_MAX, I64_MIN),
-          (I64_MIN, I64_MAX, I64_MAX), (-2, I64_MIN, -I64_MAX), (1, I64_MAX, 1), (-3, I64_MAX, 2)]
+          (I64_MIN, I64_MAX, I64_MAX), (-2, I64_MIN, -I64_MAX), (1, I64_MAX, 1), (-3, I64_MAX, 2),
+          (-I64_MAX, -100, -1), (I64_MIN, 100, -1)]  # a huge negative start, negative step, at N = 0
 
 
 def slice_steps(start: int, end: int, step: int) -> Regression:
@@ -235,6 +237,17 @@ def scalar_input() -> Regression:
     return Regression(model, sizes("N", [0, 1, 3]), note="Mul(x[N,4], s[]) with a 0-d input")
 
 
+# -- float to integer casts of NaN, infinities and out-of-range values ------------------------------------------------
+def float_to_int(to: int, regime: str) -> Regression:
+    # C leaves these conversions undefined (gcc folded Cast(Cast(x, int64), float) into a truncation); onnxruntime's
+    # CPU Cast gives INT_MIN for NaN and out-of-range values, and the narrow types wrap that 32-bit result
+    nodes = [node("Neg", ["x"], ["nx"]), node("Cast", ["nx"], ["k"], to=to), node("Cast", ["k"], ["kf"], to=F),
+             node("Add", ["kf", "x"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", 16])], [("y", F, 2)], {})
+    return Regression(model, sizes("N", [1, 7, 300]), note=f"Cast(float -> {to} -> float) of {regime} values",
+                      regime=regime)
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -264,6 +277,10 @@ def _all() -> dict[str, Callable[[], Regression]]:
         for dtype, bits in ((I64, 64), (I32, 32)):
             out[f"integer-reduction/{op}-int{bits}"] = lambda o=op, d=dtype: integer_reduction(o, d)
     out["scalar-input/rank-0"] = scalar_input
+    for to, name in ((I64, "int64"), (I32, "int32"), (TensorProto.INT16, "int16"), (TensorProto.INT8, "int8"),
+                     (TensorProto.UINT32, "uint32"), (TensorProto.UINT16, "uint16"), (TensorProto.UINT8, "uint8")):
+        for regime in ("extreme", "special", "wide"):
+            out[f"float-to-int/{name}-{regime}"] = lambda t=to, r=regime: float_to_int(t, r)
     return out
 
 

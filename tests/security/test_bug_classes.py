@@ -27,8 +27,9 @@ F = TensorProto.FLOAT
 
 
 def _check(model: onnx.ModelProto, plans: Sequence[dict[str, int]], tmp_path: Path, *, exact: bool = True,
-           file_name: str = "model.opt.onnx", marker: Path | None = None, require_kernel: bool = True) -> None:
-    case = case_from_model(model, plans, exact=exact, file_name=file_name)
+           file_name: str = "model.opt.onnx", marker: Path | None = None, require_kernel: bool = True,
+           regime: str = "small") -> None:
+    case = case_from_model(model, plans, exact=exact, file_name=file_name, value_regime=regime)
     outcome = check_case(case, tmp_path / "case", marker or tmp_path / "no-marker")
     if outcome.findings:
         pytest.fail("\n".join([case.describe()] + outcome.findings), pytrace=False)
@@ -109,10 +110,10 @@ def test_names_check_flags_a_raw_injection() -> None:
 @pytest.mark.parametrize("key", [k for k in REGRESSIONS if not k.startswith("int-extremes/")])
 def test_bug_class_regression(key: str, tmp_path: Path) -> None:
     reg = REGRESSIONS[key]()
-    _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel)
+    _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel, regime=reg.regime)
 
 
 @pytest.mark.parametrize("key", [k for k in REGRESSIONS if k.startswith("int-extremes/")])
 def test_integer_extreme_constants(key: str, tmp_path: Path) -> None:
     reg = REGRESSIONS[key]()
-    _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel)
+    _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel, regime=reg.regime)
