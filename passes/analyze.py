@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -23,6 +23,7 @@ from evonnx.index import Poly, sym
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import LOWER, Derived, Known, lower_node
+from evonnx.records import SizeCheck
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ class TensorInfo:
     shape: tuple[Poly, ...] | None  # None when the rank is unknown
     known: Known | None = None
     derived: Derived | None = None  # computed from sizes alone, of any size (not a plan-time constant)
+    # Size facts its shape (and so a value derived from it) relies on, from its producers back to the inputs: a
+    # kernel that reads the derived value checks them, since the nodes that would have failed on them may be gone
+    checks: tuple[SizeCheck, ...] = ()
 
     @property
     def value(self) -> Known | Derived | None:
@@ -193,14 +197,18 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
                                                   tuple(Poly.of(int(d)) for d in arr.shape), known_from_array(arr))
             an.lowered[node.name] = Reject("Constant (folded into its consumers)")
             return
-    result = _lower_standalone(node, an)
+    with L.collect_checks() as found:
+        result = _lower_standalone(node, an)
     an.lowered[node.name] = result
     if isinstance(result, list):
         load_free = all(an.tensors[t.name].value is not None for t in node.inputs if t.name)
+        checks = _checks_of(node, an, found)
         for o, lz in zip(outs, result):
             known = _extract(lz)
             derived = Derived(lz) if load_free and known is None and lz.dtype in E.INTS else None
-            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived)
+            # a constant value needs no size fact any more; size expressions (Shape of a broadcast) do
+            constant = known is not None and known.array() is not None
+            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, () if constant else checks)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
     arrays = []
@@ -218,6 +226,17 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         else:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
                                             syms.shape(o))
+
+
+def _checks_of(node: gs.Node, an: Analysis, found: list[SizeCheck]) -> tuple[SizeCheck, ...]:
+    out: dict[tuple, SizeCheck] = {}
+    for t in node.inputs:
+        info = an.tensors.get(t.name) if t.name else None
+        for c in info.checks if info is not None else ():
+            out.setdefault((c.kind, c.lhs, c.rhs, c.unless), c)
+    for c in found:
+        out.setdefault((c.kind, c.lhs, c.rhs, c.unless), replace(c, why=f"{c.why} in node '{node.name}'"))
+    return tuple(out.values())
 
 
 def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:

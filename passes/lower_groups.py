@@ -87,10 +87,12 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
                 args.append(env[t.name])
             elif info.known is not None:
                 args.append(info.known.lazy())
+                checks.extend(info.checks)  # sizes in it (a constant has none): see below
             elif k in value_slots:
                 if info.derived is None:
                     raise InternalError(f"value input {k} of node '{node.name}' is not known at plan time")
                 args.append(info.derived.lazy())
+                checks.extend(info.checks)  # the nodes that relied on them may not run any more
             else:
                 assert info.dtype is not None and info.shape is not None
                 slot = slots.setdefault(t.name, len(slots))

@@ -181,6 +181,18 @@ def broadcast_constant() -> Regression:
     return Regression(model, sizes("N", [3, 1, 0, 2, 5]), note="Add(x[N,4], y[3,4])")
 
 
+def broadcast_only_shape_used() -> Regression:
+    # Range(0, Shape(a + yy)[0]) where the sum itself is read by nothing else: the kernel computing the Range must
+    # still check that A and B broadcast, since the Add that onnxruntime would fail no longer runs
+    nodes = [node("Neg", ["x"], ["a"]), node("Add", ["a", "yy"], ["s"]), node("Shape", ["s"], ["sh"]),
+             node("Gather", ["sh", "zero"], ["n"], axis=0), node("Range", ["zero", "n", "one"], ["r"]),
+             node("Cast", ["r"], ["rf"], to=F), node("Mul", ["rf", "c"], ["m"]), node("Neg", ["m"], ["y"])]
+    model = make_model(nodes, [("x", F, ["A", 4]), ("yy", F, ["B", 4])], [("y", F, 1)],
+                       {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "c": np.float32(0.5)})
+    pairs = [(3, 3), (1, 3), (3, 1), (0, 1), (3, 5), (0, 3)]
+    return Regression(model, [{"A": a, "B": b} for a, b in pairs], note="Range(0, Shape(x[A,4] + y[B,4])[0])")
+
+
 # -- Reshape to sizes read from the graph, which copy an input dim when they are 0 -------------------------------------
 def reshape_from_shapes() -> Regression:
     # x[1,6,H,W] -> Reshape to [1, 2, 3, H, W] built from Shape/Gather: at H = 0 the entry 0 copies input dim 3
@@ -269,6 +281,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["broadcast-symbols/same-axis"] = broadcast_same_axis
     out["broadcast-symbols/other-axes"] = broadcast_other_axes
     out["broadcast-symbols/constant"] = broadcast_constant
+    out["broadcast-symbols/only-its-shape-used"] = broadcast_only_shape_used
     out["reshape-from-shapes/zero-copies"] = reshape_from_shapes
     out["constant-group/no-inputs"] = constant_group
     for shape, perm in ((["M", "N", 0], [3, 1, 0, 2]), (["M", 0, "N"], [0, 2, 1, 3]), ([0, "M"], [1, 0, 2])):
