@@ -338,6 +338,10 @@ def _slice_bounds(d: Poly, start: int | Poly, end: int | Poly, step: int) -> tup
         length = pmax(floordiv(e - s + (step - 1), step), Poly())
     else:
         s, e = norm(start, Poly(), d - 1), norm(end, Poly.of(-1), d - 1)
+        if Poly.of(end).const == (1 << 63) - 1:
+            # onnxruntime 1.31 reads an end of exactly INT64_MAX with a negative step as "through element 0"
+            # (x[0:INT64_MAX:-1] is [x[0]]; the spec clamps it to dim - 1, giving nothing); 2**62 is clamped
+            e = Poly.of(-1)
         length = pmax(floordiv(s - e + (-step - 1), -step), Poly())
     return s, (pmin(length, Poly.of(1)) if at_most_one else length)
 
