@@ -261,6 +261,20 @@ def float_to_int(to: int, regime: str) -> Regression:
                       regime=regime)
 
 
+# -- int64 orderings onnxruntime computes on 32-bit halves ---------------------------------------------------------
+def int64_order(op: str) -> Regression:
+    # onnxruntime 1.31: Min(-2, -2**32) over 16 elements is -2 (Max and Clip alike); the node stays with it
+    if op == "Clip":
+        mid = [node("Clip", ["a", "lo", "hi"], ["m"])]
+    else:
+        mid = [node(op, ["a", "k"], ["m"])]
+    nodes = [node("Neg", ["x"], ["nx"]), node("Add", ["nx", "two"], ["a"]), *mid, node("Neg", ["m"], ["y"])]
+    model = make_model(nodes, [("x", I64, ["N", 16])], [("y", I64, 2)],
+                       {"two": np.array(-2, np.int64), "k": np.full(16, -(1 << 32), np.int64),
+                        "lo": np.array(-(2 << 32), np.int64), "hi": np.array(-(1 << 32), np.int64)})
+    return Regression(model, sizes("N", [1, 4]), note=f"int64 {op} beyond 32 bits")
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -291,6 +305,8 @@ def _all() -> dict[str, Callable[[], Regression]]:
         for dtype, bits in ((I64, 64), (I32, 32)):
             out[f"integer-reduction/{op}-int{bits}"] = lambda o=op, d=dtype: integer_reduction(o, d)
     out["scalar-input/rank-0"] = scalar_input
+    for op in ("Min", "Max", "Clip"):
+        out[f"int64-order/{op}"] = lambda o=op: int64_order(o)
     for to, name in ((I64, "int64"), (I32, "int32"), (TensorProto.INT16, "int16"), (TensorProto.INT8, "int8"),
                      (TensorProto.UINT32, "uint32"), (TensorProto.UINT16, "uint16"), (TensorProto.UINT8, "uint8")):
         for regime in ("extreme", "special", "wide"):
