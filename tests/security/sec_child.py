@@ -108,9 +108,68 @@ def _fresh(arr, malloc: bool):  # noqa: ANN001, ANN202
     return out
 
 
-if __name__ == "__main__":
+def _limit_memory() -> None:
     limit = os.environ.get("EVONNX_SEC_MEMORY_LIMIT")
     if limit:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+
+
+def serve() -> int:
+    """A fork server: imports evonnx, onnx and onnxruntime once (most of a child's start-up second), then runs
+    each job read from stdin, `{"argv": [mode, ...], "cwd", "stderr", "timeout"}`, in a forked child with its
+    stdout and stderr in the file `stderr`, and answers `{"rc": exit code, or null when it timed out}` on stdout.
+    A job that crashes, hangs or runs injected code does so in its own process, as with a fresh child."""
+    import signal
+    import time
+
+    import numpy  # noqa: F401
+    import onnx  # noqa: F401
+    import onnx_graphsurgeon  # noqa: F401
+    import onnxruntime  # noqa: F401
+
+    from evonnx import api  # noqa: F401
+    from evonnx.passes import pipeline  # noqa: F401
+
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the job's process
+            rc = 1
+            try:
+                fd = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.chdir(job["cwd"])
+                _limit_memory()
+                mode, *args = job["argv"]
+                rc = optimize(*args) if mode == "optimize" else run(*args)
+            except BaseException:  # noqa: BLE001 - reported like a fresh child's traceback
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        deadline = time.monotonic() + float(job["timeout"])
+        status: int | None = None
+        while True:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.002)
+        rc_out = None if status is None else os.waitstatus_to_exitcode(status)
+        sys.stdout.write(json.dumps({"rc": rc_out}) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
     mode, *args = sys.argv[1:]
+    if mode == "serve":
+        sys.exit(serve())
+    _limit_memory()
     sys.exit(optimize(*args) if mode == "optimize" else run(*args))

@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,8 +73,59 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_SERVERS = threading.local()  # one fork server (sec_child.py serve) per thread that checks cases
+
+
+def _server(env: Mapping[str, str]) -> subprocess.Popen | None:
+    """This thread's fork server for children run with `env`; None where a fresh process is needed: under a
+    sanitizer (LD_PRELOAD), or with EVONNX_SEC_FORK_SERVER=0."""
+    if "LD_PRELOAD" in env or os.environ.get("EVONNX_SEC_FORK_SERVER") == "0":
+        return None
+    proc = getattr(_SERVERS, "proc", None)
+    if proc is not None and (proc.poll() is not None or _SERVERS.env != dict(env)):
+        _stop(proc)
+        proc = None
+    if proc is None:
+        proc = subprocess.Popen([sys.executable, str(CHILD), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env=dict(env), cwd=tempfile.gettempdir(), text=True)
+        _SERVERS.proc, _SERVERS.env = proc, dict(env)
+        _ALL_SERVERS.append(proc)
+    return proc
+
+
+_ALL_SERVERS: list[subprocess.Popen] = []
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+
+
+atexit.register(lambda: [_stop(p) for p in _ALL_SERVERS])
+
+
 def _run_child(args: Sequence[str], cwd: Path, timeout: float, env: Mapping[str, str]) -> tuple[int | None, str]:
     """(return code or None on timeout, stderr tail)."""
+    proc = _server(env)
+    if proc is not None and proc.stdin is not None and proc.stdout is not None:
+        err_file = cwd / f"child-{args[0]}.stderr"
+        try:
+            proc.stdin.write(json.dumps({"argv": list(args), "cwd": str(cwd), "stderr": str(err_file),
+                                         "timeout": timeout}) + "\n")
+            proc.stdin.flush()
+            answer = proc.stdout.readline()
+        except OSError:
+            answer = ""
+        if answer:
+            rc = json.loads(answer)["rc"]
+            err = err_file.read_text(errors="replace") if err_file.is_file() else ""
+            err_file.unlink(missing_ok=True)
+            return rc, err
+        _SERVERS.proc = None  # the server itself died (it never should): a fresh child instead
     try:
         p = subprocess.run([sys.executable, str(CHILD), *args], cwd=cwd, env=dict(env), capture_output=True,
                            text=True, errors="replace", timeout=timeout)
