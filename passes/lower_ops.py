@@ -170,7 +170,7 @@ def _variadic(name: str) -> Callable[..., list[Lazy]]:
         if name == "mean" and xs[0].dtype not in E.FLOATS:
             raise Reject("Mean of integers is not supported")
         if name in ("min", "max"):
-            _int64_order(op, xs[0].dtype, [v for a, v in zip(args, vals) if a is not None])
+            _int64_order(op, xs, [v for a, v in zip(args, vals) if a is not None])
         return [L.elementwise(xs, comb, xs[0].dtype, op)]
     return f
 
@@ -179,18 +179,21 @@ def _where(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return [L.elementwise(args[:3], E.where, args[1].dtype, op)]
 
 
-def _int64_order(op: str, dtype: str, vals: list) -> None:
-    """onnxruntime 1.31's vectorised int64 Min, Max and Clip compare the low 32-bit halves as signed numbers:
-    Min(-2, -2**32) is -2 there (a scalar gets the right answer). evonnx cannot reproduce which sizes take which
-    path, so int64 orderings of run-time data stay with onnxruntime; sizes known at plan time (shape arithmetic)
-    are computed exactly."""
-    if dtype == "int64" and any(v is None for v in vals):
-        raise Reject(f"int64 {op} of run-time data (onnxruntime's vectorised comparison is not reproduced)")
+def _int64_order(op: str, xs: list[Lazy], vals: list) -> None:
+    """onnxruntime 1.31's int64 Min, Max and Clip compare the low 32-bit halves as signed numbers whenever the
+    output has two elements or more: Min(-2, -2**32) is -2 there; one element gets the right answer. So int64
+    orderings of run-time data stay with onnxruntime unless every input is a single element; sizes known at plan
+    time (shape arithmetic) are computed exactly."""
+    if xs[0].dtype != "int64" or all(v is not None for v in vals):
+        return
+    if all(d.const == 1 for x in xs for d in x.shape):
+        return
+    raise Reject(f"int64 {op} of run-time data (onnxruntime's comparison of 32-bit halves is not reproduced)")
 
 
 def _clip(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
     x = args[0]
-    _int64_order(op, x.dtype, [v for a, v in zip(args, vals) if a is not None])
+    _int64_order(op, [a for a in args if a is not None], [v for a, v in zip(args, vals) if a is not None])
     lo = args[1] if len(args) > 1 else None
     hi = args[2] if len(args) > 2 else None
     for b in (lo, hi):

@@ -275,6 +275,13 @@ def int64_order(op: str) -> Regression:
     return Regression(model, sizes("N", [1, 4]), note=f"int64 {op} beyond 32 bits")
 
 
+def int64_order_scalar() -> Regression:
+    # one element: onnxruntime compares correctly, and so the node is fused
+    nodes = [node("Neg", ["x"], ["nx"]), node("Min", ["nx", "k"], ["m"]), node("Neg", ["m"], ["y"])]
+    model = make_model(nodes, [("x", I64, [])], [("y", I64, 0)], {"k": np.array(-(1 << 32), np.int64)})
+    return Regression(model, [{}], note="int64 Min of two scalars beyond 32 bits")
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -307,6 +314,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["scalar-input/rank-0"] = scalar_input
     for op in ("Min", "Max", "Clip"):
         out[f"int64-order/{op}"] = lambda o=op: int64_order(o)
+    out["int64-order/scalar-Min"] = int64_order_scalar
     for to, name in ((I64, "int64"), (I32, "int32"), (TensorProto.INT16, "int16"), (TensorProto.INT8, "int8"),
                      (TensorProto.UINT32, "uint32"), (TensorProto.UINT16, "uint16"), (TensorProto.UINT8, "uint8")):
         for regime in ("extreme", "special", "wide"):
