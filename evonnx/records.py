@@ -59,8 +59,8 @@ class KernelOutput:
 class SizeCheck:
     """A fact about run-time sizes that a kernel's plan relies on; the kernel checks it before it touches memory
     and fails the Run, naming it, when it does not hold: `lhs` and `rhs` broadcast (kind "bcast": equal, or one
-    of them 1), `lhs == rhs` (kind "eq") or `lhs <= rhs` (kind "le", e.g. a constant Gather index within a
-    symbolic axis). A check with `unless` holds trivially when `unless` is 0 at run time (an empty index grid)."""
+    of them 1) or `lhs <= rhs` (kind "le", e.g. a constant Gather index within a symbolic axis). A check
+    with `unless` holds trivially when `unless` is 0 at run time (an empty index grid)."""
 
     kind: str
     lhs: Poly

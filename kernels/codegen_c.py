@@ -481,14 +481,6 @@ def _kernel_source(spec: KernelSpec) -> str:
                 f"this node too)\",\n"
                 f"                 (long long){pa}, (long long){pb});\n"
                 f"        return 1;\n    }}")
-        elif c.kind == "eq":
-            checks.append(
-                f"    if ({pa} != {pb}) {{\n"
-                f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: sizes {encode(str(c.lhs))} = %lld and "
-                f"{encode(str(c.rhs))} = %lld must be equal ({encode(c.why, limit=240)}; "
-                f"evonnx does not broadcast one of them)\",\n"
-                f"                 (long long){pa}, (long long){pb});\n"
-                f"        return 1;\n    }}")
         else:
             unless = f"{print_poly(c.unless, names)} != 0 && " if c.unless is not None else ""
             checks.append(

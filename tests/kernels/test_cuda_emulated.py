@@ -171,7 +171,7 @@ def _misaligned(shape: tuple[int, ...], dtype: np.dtype, shift: int) -> np.ndarr
 def _sizes(spec: KernelSpec, syms: list[str], size: int) -> dict[str, int]:
     """Every size symbol `size`, then those the kernel's assumptions tie to others (3*H*W = N) set to match."""
     env = dict.fromkeys(syms, size)
-    eqs = [(c.lhs, c.rhs) for c in spec.checks if c.kind in ("eq", "bcast")]
+    eqs = [(c.lhs, c.rhs) for c in spec.checks if c.kind == "bcast"]
     for a, b in eqs + [(b, a) for a, b in eqs]:
         atom = b.atom()
         if isinstance(atom, Sym) and not (a.syms() & {atom}):
