@@ -156,7 +156,9 @@ class Reduce(_Shared):
 
 
 # -- op catalogue -----------------------------------------------------------------------------------------
-ARITH = {"add", "sub", "mul", "div", "mod", "pow", "min", "max"}
+# min/max are std::min/std::max (NaN in the second argument is ignored: Clip, index sizes); nmin/nmax propagate NaN
+# from either side, as onnxruntime's Min/Max do
+ARITH = {"add", "sub", "mul", "div", "mod", "pow", "min", "max", "nmin", "nmax"}
 COMPARE = {"eq", "lt", "le", "gt", "ge"}
 LOGIC = {"and", "or", "xor"}
 UNARY_EXACT = {"neg", "abs", "floor", "ceil", "round", "sqrt", "reciprocal", "relu", "sign", "not",
@@ -207,7 +209,9 @@ def _fold_binary(name: str, a: Const, b: Const, dtype: str) -> Const | None:
         t = np_dtype(dtype).type
         with np.errstate(all="ignore"):
             r = {"add": lambda: t(x) + t(y), "sub": lambda: t(x) - t(y), "mul": lambda: t(x) * t(y),
-                 "div": lambda: t(x) / t(y), "min": lambda: t(min(x, y)), "max": lambda: t(max(x, y))}.get(name)
+                 "div": lambda: t(x) / t(y), "min": lambda: t(min(x, y)), "max": lambda: t(max(x, y)),
+                 "nmin": lambda: t(x + y) if np.isnan(x) or np.isnan(y) else t(min(x, y)),
+                 "nmax": lambda: t(x + y) if np.isnan(x) or np.isnan(y) else t(max(x, y))}.get(name)
             return Const(float(r()), dtype) if r else None
     xi, yi = int(x), int(y)
     r2 = {"add": lambda: xi + yi, "sub": lambda: xi - yi, "mul": lambda: xi * yi,
@@ -276,6 +280,8 @@ def as_integer(e: Expr) -> Poly | None:
 def binary(name: str, a: Expr, b: Expr) -> Expr:
     if a.dtype != b.dtype and name not in ("pow",):
         raise TypeError(f"{name} of {a.dtype} and {b.dtype}")
+    if name in ("nmin", "nmax") and a.dtype not in FLOATS:
+        name = name[1:]  # no NaN to propagate
     dtype = "bool" if name in COMPARE | LOGIC else a.dtype
     if isinstance(a, Const) and isinstance(b, Const):
         folded = _fold_binary(name, a, b, dtype)
@@ -423,7 +429,7 @@ def substitute(e: Expr, mapping: dict) -> Expr:
             args = tuple(go(a) for a in x.args)
             if x.op == "where":
                 r = guarded_where(*args) if x.attr == "guard" else where(*args)
-            elif x.op in COMPARE | LOGIC or (x.op in ("add", "sub", "mul", "div", "min", "max")):
+            elif x.op in COMPARE | LOGIC or (x.op in ("add", "sub", "mul", "div", "min", "max", "nmin", "nmax")):
                 r = binary(x.op, args[0], args[1])
             elif x.op == "cast":
                 r = cast(args[0], x.dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Template
 
@@ -31,7 +31,7 @@ from evonnx.expr import (
     substitute,
     walk,
 )
-from evonnx.index import Atom, FloorDiv, Lookup, Mod, Poly, Sym, Table, Var, floordiv, is_le, subs, var
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, floordiv, is_le, subs, var
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
@@ -182,6 +182,7 @@ class _Kernel:
             self.table(t)
 
     def add_output(self, oi: int, o: KernelOutput) -> None:
+        o = nonempty_view(o)
         out_view = View.dense(o.shape)
         for pi, piece in enumerate(_pieces(o)):
             self._add_piece(oi, o, pi, piece, out_view)
@@ -259,6 +260,65 @@ def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
     expr = substitute(o.expr, mapping)
     pos = subs(out_view.index(o.index), mapping)
     return _split_axes(loops, expr, pos)
+
+
+def nonempty_view(o: KernelOutput) -> KernelOutput:
+    """`o` as its loops see it: with the `_nonempty_facts` folded into its shape and expression. Where every size
+    symbol among its dims is at least 1 these are its real shape and values; where one is 0, so is the product of
+    the folded dims (that symbol is one of them), and no loop runs."""
+    facts = _nonempty_facts(o, o.expr, Poly())
+    if not facts:
+        return o
+    shape = tuple(subs(d, facts) for d in o.shape)
+    # the loop variables get the folded extents too (their bounds simplify the reads: min(i, 5) with i < 6 is i)
+    index = tuple(var(f"i{k}", d) if isinstance(p.atom(), Var) else p for k, (p, d) in enumerate(zip(o.index, shape)))
+    renamed = {p.atom(): q for p, q in zip(o.index, index) if isinstance(p.atom(), Var)}
+    return replace(o, shape=shape, index=index, expr=substitute(substitute(o.expr, facts), renamed))
+
+
+def _nonempty_facts(o: KernelOutput, expr: Expr, pos: Poly) -> dict[Atom, Poly]:
+    """`min(P, 1)` atoms that are 1 wherever an element of `o` is computed: a piece runs only when the output is
+    not empty, so each symbol that is an output dim is at least 1 there, and so is a sum of products of them with
+    coefficients >= 1. (onnxruntime's shapes for empty reductions, lower_ops._empty_quirk, hold such atoms; in the
+    loops they fold away and leave the plain index.)"""
+    positive = {a for d in o.shape if isinstance(a := d.atom(), Sym)}
+    if not positive:
+        return {}
+    found: dict[Atom, Poly] = {}
+    seen: set[Atom] = set()
+
+    def at_least_one(p: Poly) -> bool:
+        return bool(p.terms) and all(c >= 1 and all(a in positive for a in mono) for mono, c in p.terms)
+
+    def visit(p: Poly) -> None:
+        for mono, _ in p.terms:
+            for a in mono:
+                if a in seen:
+                    continue
+                seen.add(a)
+                if isinstance(a, (Min, Max)):
+                    if isinstance(a, Min) and ((a.b.const == 1 and at_least_one(a.a)) or
+                                               (a.a.const == 1 and at_least_one(a.b))):
+                        found[a] = Poly.of(1)
+                    visit(a.a)
+                    visit(a.b)
+                elif isinstance(a, (FloorDiv, Mod)):
+                    visit(a.num)
+                    visit(a.den)
+                elif isinstance(a, Var):
+                    visit(a.extent)
+                elif isinstance(a, Lookup):
+                    visit(a.index)
+
+    for x in walk(expr):
+        for p in _polys(x):
+            visit(p)
+        if isinstance(x, Reduce):
+            visit(x.var)
+    visit(pos)
+    for d in o.shape:
+        visit(d)
+    return found
 
 
 def tables_in(e: Expr) -> Iterator[Table | ValueTable]:

@@ -44,6 +44,7 @@ from evonnx.kernels.codegen_c import (
     _prod,
     bind_symbols,
     node_list,
+    nonempty_view,
     piece_loops,
     tables_in,
     temporaries,
@@ -85,6 +86,7 @@ class _CudaKernel:
         self.table_decls: list[str] = []
         self.pieces: list[_CudaPiece] = []
         for oi, o in enumerate(spec.outputs):
+            o = nonempty_view(o)
             out_view = View.dense(o.shape)
             for pi, piece in enumerate(_pieces(o)):
                 self._add_piece(oi, o, pi, piece.ranges, out_view)

@@ -122,19 +122,34 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     def pragma(op: str, acc: str) -> str:
         return f'_Pragma("omp simd reduction({op}:{acc})") ' if simd else ""
 
+    floating = e.body.dtype in FLOATS
     if simd and e.op in ("argmax", "argmin"):
+        # onnxruntime starts from element 0 and takes a strictly better one: NaN at 0 gives 0, a later NaN is
+        # skipped. The vectorised extreme skips NaN too (a NaN never compares better), then the scan finds its index.
         cmp, m = (">", "max") if e.op == "argmax" else ("<", "min")
         scan = (f"for (int64_t {r} = {ext} - 1; {r} >= 0; --{r})" if e.attr
                 else f"for (int64_t {r} = 0; {r} < {ext}; ++{r})")
+        first_nan = (f"int {r}_nan0 = 0; for (int64_t {r} = 0; {r} < ({ext} > 0); ++{r}) {{ const {t} {r}_v = "
+                     f"{body}; {r}_nan0 = {r}_v != {r}_v; }} if (!{r}_nan0) " if floating else "")
         return (f"({{ {t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')}; {pragma(m, f'{r}_best')}"
                 f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
                 f"{r}_best = {r}_v {cmp} {r}_best ? {r}_v : {r}_best; }} int64_t {r}_at = 0; "
-                f"{scan} {{ if ({body} == {r}_best) {{ {r}_at = {r}; break; }} }} {r}_at; }})")
+                f"{first_nan}{scan} {{ if ({body} == {r}_best) {{ {r}_at = {r}; break; }} }} {r}_at; }})")
     if simd and e.op in ("max", "min"):
+        # onnxruntime's reductions start from element 0 and take a strictly greater (smaller) one: NaN at 0 gives
+        # NaN, a later NaN is skipped (`v > acc` is false). The vectorised compare-select skips every NaN, and an
+        # or-reduction records whether element 0 was one, so the max-reduction itself never sees a NaN.
         cmp = ">" if e.op == "max" else "<"
         init = _extreme(e.dtype, e.op == "max")
-        return (f"({{ {t} {r}_acc = {init}; {pragma(e.op, f'{r}_acc')}for (int64_t {r} = 0; {r} < {ext}; ++{r}) "
-                f"{{ const {t} {r}_v = {body}; {r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc; }} {r}_acc; }})")
+        if not floating:
+            return (f"({{ {t} {r}_acc = {init}; {pragma(e.op, f'{r}_acc')}for (int64_t {r} = 0; {r} < {ext}; "
+                    f"++{r}) {{ const {t} {r}_v = {body}; {r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc; }} "
+                    f"{r}_acc; }})")
+        return (f"({{ {t} {r}_acc = {init}; int {r}_nan0 = 0; "
+                f'_Pragma("omp simd reduction({e.op}:{r}_acc) reduction(|:{r}_nan0)") '
+                f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
+                f"{r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc; {r}_nan0 |= ({r} == 0) & ({r}_v != {r}_v); }} "
+                f"{r}_nan0 ? ({t})NAN : {r}_acc; }})")
     if simd and e.op in _IDENTITY:
         init = print_const(_IDENTITY[e.op], e.dtype)
         op = "+" if e.op == "sum" else "*"
@@ -151,7 +166,8 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
         step = f"{r}_acc = {r}_acc {'+' if e.op == 'sum' else '*'} ({body});"
     else:
         init = _extreme(e.dtype, e.op == "max")
-        step = f"{r}_acc = evo_{e.op}_{SUFFIX[e.dtype]}({r}_acc, {body});"
+        step = (f"const {t} {r}_v = {body}; {r}_acc = ({r} == 0 || {r}_v {'>' if e.op == 'max' else '<'} {r}_acc) "
+                f"? {r}_v : {r}_acc;")  # from element 0, as above
     return f"({{ {t} {r}_acc = {init}; for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ {step} }} {r}_acc; }})"
 
 
@@ -221,7 +237,7 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         return f"evo_{'tmod' if e.attr else 'pmod'}_{s}({a[0]}, {a[1]})"
     if op == "pow":
         return f"{'powf' if src == 'float32' else 'pow'}({a[0]}, {a[1]})"
-    if op in ("min", "max"):
+    if op in ("min", "max", "nmin", "nmax"):
         return f"evo_{op}_{s}({a[0]}, {a[1]})"
     if op in ("eq", "lt", "le", "gt", "ge"):
         return f"({a[0]} {({'eq': '==', 'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>='})[op]} {a[1]})"

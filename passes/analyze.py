@@ -44,6 +44,7 @@ class TensorInfo:
     # Size facts its shape (and so a value derived from it) relies on, from its producers back to the inputs: a
     # kernel that reads the derived value checks them, since the nodes that would have failed on them may be gone
     checks: tuple[SizeCheck, ...] = ()
+    uniform: frozenset[int] = frozenset()  # axes every element along which is the same (lazy.Lazy.uniform)
 
     @property
     def value(self) -> Known | Derived | None:
@@ -205,10 +206,16 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         checks = _checks_of(node, an, found)
         for o, lz in zip(outs, result):
             known = _extract(lz)
+            arr = known.array() if known is not None else None
+            if arr is not None and arr.size == 0 and not load_free and node.op not in _SHAPE_OPS:
+                # An empty result of a tensor computed at run time: its producer still runs in onnxruntime and may
+                # fail there (onnxruntime itself folds only Shape/Size of static shapes), so it is not folded away.
+                known = None
             derived = Derived(lz) if load_free and known is None and lz.dtype in E.INTS else None
-            # a constant value needs no size fact any more; size expressions (Shape of a broadcast) do
-            constant = known is not None and known.array() is not None
-            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, () if constant else checks)
+            # A constant may hold only under a run-time condition (Shape of a Reshape whose -1 needs elements, an
+            # empty Gather whose indices must still fit a symbolic axis): its checks stay with it, a kernel that
+            # reads it checks them, and rewrite does not fold the node away.
+            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, checks, lz.uniform)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
     arrays = []
@@ -226,6 +233,9 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         else:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
                                             syms.shape(o))
+
+
+_SHAPE_OPS = ("Shape", "Size")
 
 
 def _checks_of(node: gs.Node, an: Analysis, found: list[SizeCheck]) -> tuple[SizeCheck, ...]:
@@ -255,7 +265,7 @@ def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:
         if info is None or info.shape is None or info.dtype is None:
             return Reject(f"input {k} ('{t.name}') has an unknown or unsupported type or rank")
         vals.append(info.value)
-        args.append(info.value.lazy() if info.value is not None else L.source(k, info.dtype, info.shape))
+        args.append(info.value.lazy() if info.value is not None else L.source(k, info.dtype, info.shape, info.uniform))
     try:
         return lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))
     except Reject as r:

@@ -142,7 +142,8 @@ def node_stats(g: gs.Graph, an: Analysis, sizes: Mapping[str, int] | None = None
             for t in node.inputs:
                 tin = an.tensors.get(t.name) if t.name else None
                 if tin is not None and tin.shape is not None and len(tin.shape) == len(out) and out and (
-                        tin.shape[-1].const == 1 and out[-1].const != 1 and tin.shape[:-1] == out[:-1]):
+                        (tin.shape[-1].const == 1 or len(out) - 1 in tin.uniform) and out[-1].const != 1
+                        and tin.shape[:-1] == out[:-1]):
                     st.row_broadcast[(node.name, t.name)] = True
         else:
             st.ops[node.name] = (1.0, 0.0, 0.0)

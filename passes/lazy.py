@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,6 +53,9 @@ class Lazy:
     shape: tuple[Poly, ...]
     fn: ElementFn
     view: tuple[int, View] | None = None  # (input slot, view) when this is a strided view of an input
+    # Axes along which every element is the same value, so that a broadcast may read them at 0: a reduced axis of
+    # size 1, or of onnxruntime's input size on an empty input (see lower_ops._empty_quirk).
+    uniform: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         # Element functions compose along chains that reconverge (a tensor read by two branches); memoizing by
@@ -76,9 +79,10 @@ class Lazy:
         return self.fn(tuple(Poly.of(i) for i in idx))
 
 
-def source(slot: int, dtype: str, shape: Sequence[PolyLike]) -> Lazy:
-    """A kernel input read in row-major order."""
-    return from_view(slot, dtype, View.dense(shape))
+def source(slot: int, dtype: str, shape: Sequence[PolyLike], uniform: frozenset[int] = frozenset()) -> Lazy:
+    """A kernel input read in row-major order (`uniform`: axes along which its values are all the same)."""
+    x = from_view(slot, dtype, View.dense(shape))
+    return replace(x, uniform=uniform) if uniform else x
 
 
 def from_view(slot: int, dtype: str, view: View) -> Lazy:
@@ -320,10 +324,10 @@ def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
     lead = len(shape) - x.rank
     # A size 1 repeats; a size equal to the target's is read as is; any other size broadcasts at run time (the
     # kernel checked that it is the target's or 1), and is read at min(i, size - 1): i, or 0 when it is 1.
-    keep = [x.shape[k].const != 1 for k in range(x.rank)]
+    keep = [x.shape[k].const != 1 and k not in x.uniform for k in range(x.rank)]
     same = [x.shape[k] == shape[lead + k] for k in range(x.rank)]
     v = None
-    if x.view and all(same[k] or not keep[k] for k in range(x.rank)):
+    if x.view and all(same[k] or x.shape[k].const == 1 for k in range(x.rank)):
         v = (x.view[0], x.view[1].expand(shape))
 
     def m(idx: Index) -> Index:
@@ -457,7 +461,11 @@ def tile(x: Lazy, repeats: Sequence[Poly]) -> Lazy:
 def elementwise(xs: Sequence[Lazy], combine: Callable[..., Expr], dtype: str, what: str) -> Lazy:
     shape = broadcast_shapes([x.shape for x in xs], what)
     bs = [broadcast_to(x, shape) for x in xs]
-    return Lazy(dtype, shape, lambda idx: combine(*(b.fn(idx) for b in bs)))
+    # an output axis along which every input is uniform (or of size 1) is uniform too
+    uniform = frozenset(k for k in range(len(shape)) if all(
+        (j := k - len(shape) + x.rank) < 0 or j in x.uniform or x.shape[j].const == 1 for x in xs)
+        and any((j := k - len(shape) + x.rank) >= 0 and j in x.uniform for x in xs))
+    return Lazy(dtype, shape, lambda idx: combine(*(b.fn(idx) for b in bs)), uniform=uniform)
 
 
 def numel(x: Lazy) -> Poly:

@@ -96,7 +96,7 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
             else:
                 assert info.dtype is not None and info.shape is not None
                 slot = slots.setdefault(t.name, len(slots))
-                args.append(L.source(slot, info.dtype, info.shape))
+                args.append(L.source(slot, info.dtype, info.shape, info.uniform))
         try:
             with L.collect_checks() as found:
                 outs = lower_node(node.op, dict(node.attrs), args, vals, len(node.outputs))

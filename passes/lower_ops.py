@@ -127,7 +127,7 @@ def _unary(name: str) -> Callable[..., list[Lazy]]:
         if name in _FLOAT_ONLY and x.dtype not in E.FLOATS:
             raise Reject(f"{op} on {x.dtype} is not supported")
         dtype = "bool" if name in ("not", "isnan") else x.dtype
-        return [L.Lazy(dtype, x.shape, lambda idx: E.unary(name, x.fn(idx)))]
+        return [L.Lazy(dtype, x.shape, lambda idx: E.unary(name, x.fn(idx)), uniform=x.uniform)]
     return f
 
 
@@ -152,7 +152,7 @@ def _pow(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]
             for _ in range(n - 1):
                 out = E.binary("mul", out, v)
             return out
-        return [L.Lazy(x.dtype, x.shape, lambda idx: powi(x.fn(idx)))]
+        return [L.Lazy(x.dtype, x.shape, lambda idx: powi(x.fn(idx)), uniform=x.uniform)]
     return [L.elementwise([x, y], lambda a, b: E.Op("pow", (a, E.cast(b, a.dtype)), a.dtype), x.dtype, op)]
 
 
@@ -163,7 +163,8 @@ def _variadic(name: str) -> Callable[..., list[Lazy]]:
         def comb(*es: Expr) -> Expr:
             out = es[0]
             for e in es[1:]:
-                out = E.binary("add" if name in ("sum", "mean") else name, out, e)
+                out = E.binary("add" if name in ("sum", "mean") else "n" + name if name in ("min", "max") else name,
+                               out, e)
             if name == "mean":  # as onnxruntime: the sum times the reciprocal (not a division), bit for bit
                 out = E.binary("mul", out, E.const(np.asarray(1, E.np_dtype(out.dtype)) / len(es), out.dtype))
             return out
@@ -200,7 +201,7 @@ def _clip(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy
         if b is not None and b.shape != ():
             raise Reject("Clip bounds must be scalars")
     return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(x.fn(idx), lo.fn(()) if lo else None,
-                                                         hi.fn(()) if hi else None))]
+                                                         hi.fn(()) if hi else None), uniform=x.uniform)]
 
 
 def _cast(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
@@ -210,7 +211,7 @@ def _cast(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy
     x = args[0]
     if x.dtype in E.FLOATS and to == "uint64":
         raise Reject("Cast from float to uint64 (onnxruntime's out-of-range results are not reproduced)")
-    return [L.Lazy(to, x.shape, lambda idx: E.cast(x.fn(idx), to))]
+    return [L.Lazy(to, x.shape, lambda idx: E.cast(x.fn(idx), to), uniform=x.uniform)]
 
 
 def _leaky_relu(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
@@ -218,7 +219,8 @@ def _leaky_relu(op: str, attrs: dict, args: list, vals: list, n_out: int) -> lis
     alpha = E.const(float(attrs.get("alpha", 0.01)), x.dtype)
     zero = E.const(0, x.dtype)
     return [L.Lazy(x.dtype, x.shape, lambda idx: E.where(E.binary("lt", x.fn(idx), zero),
-                                                         E.binary("mul", x.fn(idx), alpha), x.fn(idx)))]
+                                                         E.binary("mul", x.fn(idx), alpha), x.fn(idx)),
+                   uniform=x.uniform)]
 
 
 def _hard_sigmoid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
@@ -227,7 +229,7 @@ def _hard_sigmoid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> l
     beta = E.const(float(attrs.get("beta", 0.5)), x.dtype)
     zero, one = E.const(0, x.dtype), E.const(1, x.dtype)
     return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(
-        E.binary("add", E.binary("mul", x.fn(idx), alpha), beta), zero, one))]
+        E.binary("add", E.binary("mul", x.fn(idx), alpha), beta), zero, one), uniform=x.uniform)]
 
 
 # -- views ------------------------------------------------------------------------------------------------
@@ -483,15 +485,38 @@ def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
 
 # -- reductions ---------------------------------------------------------------------------------------------
 
-def _reduce_axes(op: str, attrs: dict, args: list, vals: list, rank: int) -> list[int] | None:
-    """The reduced axes (sorted), or None for "no reduction" (empty axes with noop_with_empty_axes)."""
+def _reduce_axes(op: str, attrs: dict, args: list, vals: list, rank: int) -> tuple[list[int] | None, set[int]]:
+    """The reduced axes (sorted), or None for "no reduction" (empty axes with noop_with_empty_axes); and the axes
+    that onnxruntime keeps on an empty input (see `_empty_quirk`)."""
     if len(args) > 1 and args[1] is not None:
         axes = const_ints(vals[1], f"{op} axes")
     else:
         axes = [int(a) for a in attrs.get("axes", [])]
     if not axes:
-        return None if int(attrs.get("noop_with_empty_axes", 0)) else list(range(rank))
-    return sorted({_axis(a, rank, op) for a in axes})
+        return (None if int(attrs.get("noop_with_empty_axes", 0)) else list(range(rank))), set()
+    out = sorted({_axis(a, rank, op) for a in axes})
+    return out, set(out) - {a for a in axes if a >= 0}
+
+
+def _empty_quirk(op: str, x: Lazy, axes: Sequence[int], quirk: set[int], keep: int) -> dict[int, Poly]:
+    """onnxruntime 1.31 departs from the spec on an empty input: its empty-set path looks for each axis in the axes
+    as written, so an axis written negatively is not reduced but kept at its input size. ReduceMax(x[0, 5],
+    axes=[-1], keepdims=1) is [0, 5], not [0, 1]; ArgMax(x[5, 0], axis=-1) is [5, 0], not an error (see
+    tests/security/sec_models.py). With keepdims=1 that is an output size `numel == 0 ? d : 1` for each such axis
+    (returned per axis); with keepdims=0 the rank changes, which a fused kernel cannot do, so the node stays with
+    onnxruntime unless the input can never be empty."""
+    if not quirk or all((d.const or 0) > 0 for d in x.shape):
+        return {}
+    if not keep:
+        raise Reject(f"{op} with negative axes keeps the input's shape on an empty input in onnxruntime")
+    if all(x.shape[k].const is not None for k in range(x.rank) if k not in axes):
+        # The spec's result shape is static, so onnxruntime's memory planner may have given the output a buffer of
+        # that shape: with the other shape on an empty input it then fails ("Shape mismatch attempting to re-use
+        # buffer"), or not, as its plan goes.
+        raise Reject(f"{op} with negative axes of an input that can be empty: onnxruntime's result depends on its "
+                     "memory plan")
+    empty = Poly.of(1) - pmin(_numel(x.shape), Poly.of(1))
+    return {a: Poly.of(1) + empty * (x.shape[a] - Poly.of(1)) for a in quirk}
 
 
 # ReduceL1/L2/SumSquare/LogSum/LogSumExp: a sum of a transformed element, then a final transform (spec formulas)
@@ -501,7 +526,7 @@ _SUM_OF = {"l1": "abs", "l2": "square", "sumsquare": "square", "logsum": None, "
 def _reducer(kind: str) -> Callable[..., list[Lazy]]:
     def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
         x = args[0]
-        axes = _reduce_axes(op, attrs, args, vals, x.rank)
+        axes, quirk = _reduce_axes(op, attrs, args, vals, x.rank)
         if axes is None and kind not in _SUM_OF:
             return [x]
         if axes is None:
@@ -517,7 +542,9 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
         for a in axes:
             if x.shape[a].const == 0:
                 raise Reject(f"{op} over an empty axis")
-        shape = tuple(Poly.of(1) if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes)
+        kept = _empty_quirk(op, x, axes, quirk, keep)
+        shape = tuple(kept.get(k, Poly.of(1)) if k in axes else d for k, d in enumerate(x.shape)
+                      if keep or k not in axes)
         count = product(x.shape[a] for a in axes)
 
         def fn(idx: tuple[Poly, ...]) -> Expr:
@@ -552,10 +579,11 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
                 return E.unary("sqrt", s) if kind == "l2" else E.unary("log", s) if kind == "logsum" else s
             out = reduce(elem, "sum" if kind == "mean" else kind)
             if kind == "mean":
-                out = E.binary("div", out, E.cast(E.index_val(count), x.dtype))
+                # onnxruntime's mean of an empty set is 0 (the spec's 0/0 would be NaN): the sum 0 over max(n, 1)
+                out = E.binary("div", out, E.cast(E.index_val(pmax(count, Poly.of(1))), x.dtype))
             return out
 
-        return [Lazy(x.dtype, shape, fn)]
+        return [Lazy(x.dtype, shape, fn, uniform=frozenset(kept))]
     return f
 
 
@@ -569,10 +597,16 @@ def _fresh_copy(full: list[Poly], rvars: list[Poly]) -> tuple[tuple[Poly, ...], 
 def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
     def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
         x = args[0]
-        axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
+        written = int(attrs.get("axis", 0))
+        axis = _axis(written, x.rank, op)
         keep = int(attrs.get("keepdims", 1))
         last = int(attrs.get("select_last_index", 0))
-        shape = tuple(Poly.of(1) if k == axis else d for k, d in enumerate(x.shape) if keep or k != axis)
+        kept = _empty_quirk(op, x, [axis], {axis} if written < 0 else set(), keep)
+        shape = tuple(kept.get(k, Poly.of(1)) if k == axis else d for k, d in enumerate(x.shape)
+                      if keep or k != axis)
+        # onnxruntime fails an arg-reduction over an empty axis when the result is not empty
+        L.require_le(Poly.of(1), x.shape[axis], f"{op} over an empty axis {axis}",
+                     unless=Poly() if kept else _numel(shape))
 
         def fn(idx: tuple[Poly, ...]) -> Expr:
             v = L.fresh_var(x.shape[axis])
@@ -585,7 +619,7 @@ def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
                 return Const(0, "int64")
             return E.Reduce(kind, v, x.fn(tuple(full)), "int64", last)
 
-        return [Lazy("int64", shape, fn)]
+        return [Lazy("int64", shape, fn, uniform=frozenset(kept))]
     return f
 
 

@@ -53,7 +53,9 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
 
 
 def _fold_known(g: gs.Graph, an: Analysis) -> None:
-    """Nodes whose every output is a constant known at plan time (folded shape arithmetic) become constants."""
+    """Nodes whose every output is a constant known at plan time (folded shape arithmetic) become constants,
+    unless a constant holds only under a run-time size condition (its checks): such a node stays with onnxruntime,
+    which checks it as the original model does."""
     outputs = {t.name for t in g.outputs}
     for n in g.nodes:
         if n.domain == DOMAIN or not n.outputs or any(t.name in outputs for t in n.outputs):
@@ -61,6 +63,8 @@ def _fold_known(g: gs.Graph, an: Analysis) -> None:
         arrays = []
         for t in n.outputs:
             info = an.tensors.get(t.name)
+            if info is not None and info.checks:
+                break
             arr = info.known.array() if info is not None and info.known is not None else None
             if arr is None:
                 break

@@ -1,12 +1,15 @@
 /* Element helpers shared by the CPU and CUDA kernels (inlined into both preludes; EVO_FN is `static inline` in C
  * and `__device__ __forceinline__` in CUDA). evo_expf is each prelude's own, defined before these. */
 
-/* Min/Max/Relu/Sign as onnxruntime's kernels compute them (std::min / std::max argument order). */
+/* Clip/Relu/Sign as onnxruntime's kernels compute them (Sign(NaN) is NaN) (std::min / std::max argument order: a NaN bound is
+ * ignored, a NaN value kept); Min/Max (nmin/nmax) propagate a NaN from either side, as onnxruntime's do. */
 #define EVO_ORDERED(T, S)                                                                  \
     EVO_FN T evo_min_##S(T a, T b) { return b < a ? b : a; }                               \
     EVO_FN T evo_max_##S(T a, T b) { return a < b ? b : a; }                               \
+    EVO_FN T evo_nmin_##S(T a, T b) { return a != a ? a : (b < a || b != b) ? b : a; }    \
+    EVO_FN T evo_nmax_##S(T a, T b) { return a != a ? a : (a < b || b != b) ? b : a; }    \
     EVO_FN T evo_relu_##S(T x) { return x < (T)0 ? (T)0 : x; }                            \
-    EVO_FN T evo_sign_##S(T x) { return (T)((x > (T)0) - (x < (T)0)); }
+    EVO_FN T evo_sign_##S(T x) { return x != x ? x : (T)((x > (T)0) - (x < (T)0)); }
 EVO_ORDERED(float, f32)
 EVO_ORDERED(double, f64)
 EVO_ORDERED(int64_t, i64)

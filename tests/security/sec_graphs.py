@@ -729,12 +729,27 @@ def concrete_shape(t: Tensor, plan: dict[str, int]) -> list[int]:
     return [plan[d] if isinstance(d, str) else d for d in t.shape]
 
 
+# The "grid" regime: input k of n elements holds GRID[(i // len**k) % len] at flat position i, so that inputs of
+# len**count elements meet every combination of these values.
+_F32 = np.finfo(np.float32)
+GRID = {"float32": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 1e-40, _F32.max, _F32.min],
+        **{t: [np.iinfo(t).min, np.iinfo(t).max, 0, 1, -1, 2, -2, 7, np.iinfo(t).min + 1, np.iinfo(t).max - 1]
+           for t in ("int64", "int32", "int16", "int8")},
+        **{t: [0, 1, 2, 7, np.iinfo(t).max, np.iinfo(t).max - 1] for t in ("uint8", "uint16", "uint32", "uint64")},
+        "bool": [False, True]}
+
+
 def make_feeds(inputs: Sequence[Tensor], plan: dict[str, int], regime: str, seed: int) -> dict[str, np.ndarray]:
     """Seeded inputs: small values, wide ones, integer extremes, or floats with inf/nan/-0/denormals mixed in."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for t in inputs:
+    for k, t in enumerate(inputs):
         shape = concrete_shape(t, plan)
+        if regime == "grid":  # every combination of special values over the inputs (see GRID)
+            g = np.asarray(GRID[t.dtype], dtype=t.dtype)
+            n = int(np.prod(shape))
+            feeds[t.name] = g[(np.arange(n) // len(g) ** k) % len(g)].reshape(shape)
+            continue
         if t.dtype == "float32":
             scale = {"small": 2.0, "wide": 400.0, "extreme": 1e30, "special": 3.0}[regime]
             arr = np.asarray(rng.standard_normal(shape) * scale, dtype=np.float32)

@@ -282,6 +282,50 @@ def int64_order_scalar() -> Regression:
     return Regression(model, [{}], note="int64 Min of two scalars beyond 32 bits")
 
 
+# -- reductions of empty tensors -----------------------------------------------------------------------------------
+EMPTY_REDUCTIONS = (("ReduceMax", [-1], 1), ("ReduceMax", [-1], 0), ("ReduceSum", [1], 1), ("ReduceMin", [0, -1], 1),
+                    ("ReduceMax", [-2, -1], 1), ("ReduceMean", [1], 0), ("ArgMax", -1, 1), ("ArgMax", 1, 1),
+                    ("ArgMin", 1, 0))
+
+
+def empty_reduction(op: str, axes: list[int] | int, keep: int, static_rows: bool = False) -> Regression:
+    # onnxruntime 1.31 keeps an axis written negatively at its size on an empty input (ReduceMax(x[0, 5], [-1]) is
+    # [0, 5]), and fails an ArgMax over an empty axis when the result is not empty (x[5, 0], axis=1). With x[2, M]
+    # the spec's result shape is static, and onnxruntime may fail reusing a buffer of that shape (fuzz case 40)
+    if isinstance(axes, int):
+        red = node(op, ["a"], ["r"], axis=axes, keepdims=keep)
+        nodes = [node("Neg", ["x"], ["a"]), red, node("Add", ["r", "r"], ["y"])]
+        out, inits = I64, {}
+    else:
+        red = node(op, ["a", "ax"], ["r"], keepdims=keep)
+        nodes = [node("Neg", ["x"], ["a"]), red, node("Mul", ["r", "r"], ["y"])]
+        out, inits = F, {"ax": np.array(axes, np.int64)}
+    model = make_model(nodes, [("x", F, [2, "M"] if static_rows else ["N", "M"])], [("y", out, 2 if keep else 1)],
+                       inits)
+    plans = [{"M": m} for m in (0, 1, 3)] if static_rows else \
+        [{"N": n, "M": m} for n, m in [(0, 3), (3, 0), (0, 0), (1, 1), (2, 3)]]
+    return Regression(model, plans, require_kernel=False, note=f"{op}({axes}, keepdims={keep}) of an empty input")
+
+
+# -- values evonnx knows at plan time whose producer onnxruntime still runs -----------------------------------------
+def empty_gather() -> Regression:
+    # x[0, M, 8]: the Gather's result is empty whatever M is, but onnxruntime checks its index against M (fails at
+    # M <= 3); evonnx knew the empty result and dropped the Gather (fuzz case 57)
+    nodes = [node("Gather", ["x", "i"], ["g"], axis=1), node("Abs", ["g"], ["a"]), node("Neg", ["a"], ["y"])]
+    model = make_model(nodes, [("x", F, [0, "M", 8])], [("y", F, 3)], {"i": np.array([3], np.int64)})
+    return Regression(model, sizes("M", [0, 2, 5]), require_kernel=False, note="Gather of an empty tensor")
+
+
+def shape_of_reshape() -> Regression:
+    # Shape(Reshape(x[N, 8], [0, 2, -1]))[1:] is [2, 4] for every N > 0; at N = 0 onnxruntime cannot infer -1 and
+    # fails, and the value evonnx folded must fail there too (fuzz case 227)
+    nodes = [node("Reshape", ["x", "s"], ["r"]), node("Shape", ["r"], ["sh"], start=1), node("Abs", ["sh"], ["a"]),
+             node("Reshape", ["a", "s2"], ["y"])]
+    model = make_model(nodes, [("x", I64, ["N", 8])], [("y", I64, 2)],
+                       {"s": np.array([0, 2, -1], np.int64), "s2": np.array([-1, 1], np.int64)})
+    return Regression(model, sizes("N", [0, 1, 3]), require_kernel=False, note="a size known only when N > 0")
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -311,6 +355,11 @@ def _all() -> dict[str, Callable[[], Regression]]:
     for op in ("ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
         for dtype, bits in ((I64, 64), (I32, 32)):
             out[f"integer-reduction/{op}-int{bits}"] = lambda o=op, d=dtype: integer_reduction(o, d)
+    for op, axes, keep in EMPTY_REDUCTIONS:
+        out[f"empty-reduction/{op}{axes}-keepdims{keep}"] = lambda o=op, a=axes, k=keep: empty_reduction(o, a, k)
+    out["empty-reduction/ReduceMin[-1, -2]-static-result"] = lambda: empty_reduction("ReduceMin", [-1, -2], 1, True)
+    out["plan-time-value/empty-gather"] = empty_gather
+    out["plan-time-value/shape-of-reshape"] = shape_of_reshape
     out["scalar-input/rank-0"] = scalar_input
     for op in ("Min", "Max", "Clip"):
         out[f"int64-order/{op}"] = lambda o=op: int64_order(o)
