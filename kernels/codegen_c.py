@@ -40,6 +40,7 @@ from evonnx.view import View
 _TEMPLATES = Path(__file__).with_name("templates")
 MAX_UNROLL = 8
 MAX_PIECES = 64
+MAX_TASK_PARTS = 16  # (output, piece) pairs one task function computes at most
 _MAX_DEPTH = 12  # operations in one C expression before a temporary
 
 
@@ -112,7 +113,10 @@ class _Order:
         self.p = p
 
     def __lt__(self, other: _Order) -> bool:
-        if is_le(self.p + 1, other.p):
+        # Not strictly: Concat parts can be empty (sizes may be 0), and an empty piece runs no iteration. (Asking
+        # for p + 1 <= q kept every symbolic Concat in one piece since proofs take sizes >= 0: yolo_decode then
+        # divided per element, 8x slower.)
+        if self.p != other.p and is_le(self.p, other.p):
             return True
         if is_le(other.p, self.p):
             return False
@@ -142,7 +146,7 @@ def _pieces(o: KernelOutput) -> list[_Piece]:
     return [_Piece(tuple(c)) for c in combos]
 
 
-# -- one task function per (output, piece) ----------------------------------------------------------------
+# -- one task function per loop nest (the outputs' pieces that share it) ---------------------------------------
 class _Kernel:
     def __init__(self, spec: KernelSpec):
         self.spec = spec
@@ -181,14 +185,29 @@ class _Kernel:
         for t in tables_in(e):
             self.table(t)
 
-    def add_output(self, oi: int, o: KernelOutput) -> None:
-        o = nonempty_view(o)
-        out_view = View.dense(o.shape)
-        for pi, piece in enumerate(_pieces(o)):
-            self._add_piece(oi, o, pi, piece, out_view)
+    def add_outputs(self, outputs: Sequence[KernelOutput]) -> None:
+        """One task function per set of (output, piece) pairs with the same loops: outputs computed over one
+        iteration space (a kernel's outputs along a chain, the parts of a Concat) share a loop and its temporaries,
+        so a chain that feeds several outputs is computed once per element, and gcc compiles one loop, not one per
+        output (their code and compile time grew with the square of such chains)."""
+        tasks: dict[tuple[Poly, ...], list[tuple[int, KernelOutput, int, _Piece, Expr, Poly]]] = {}
+        loops_of: dict[tuple[Poly, ...], list[Poly]] = {}
+        for oi, o in enumerate(outputs):
+            o = nonempty_view(o)
+            out_view = View.dense(o.shape)
+            for pi, piece in enumerate(_pieces(o)):
+                loops, expr, pos = piece_loops(o, piece.ranges, out_view)
+                key = tuple(loops)
+                group = tasks.setdefault(key, [])
+                if len(group) >= MAX_TASK_PARTS:  # keep each function a size gcc handles quickly
+                    key = key + (Poly.of(len(tasks)),)
+                    group = tasks.setdefault(key, [])
+                loops_of[key] = loops
+                group.append((oi, o, pi, piece, expr, pos))
+        for key, members in tasks.items():
+            self._add_task(list(loops_of[key]), members)
 
-    def _add_piece(self, oi: int, o: KernelOutput, pi: int, piece: _Piece, out_view: View) -> None:
-        loops, expr, pos = piece_loops(o, piece.ranges, out_view)
+    def _add_task(self, loops: list[Poly], members: list[tuple[int, KernelOutput, int, _Piece, Expr, Poly]]) -> None:
         exts = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
         unroll = None
         if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
@@ -204,30 +223,34 @@ class _Kernel:
         if inner is not None:
             cvars[inner.atom()] = "j"  # type: ignore[index]
         roots: list[tuple[Poly, Expr]] = []
+        targets: list[tuple[int, str]] = []
         ua = unroll.atom() if unroll is not None else None
-        for u in range(ua.extent.const if isinstance(ua, Var) else 1):  # type: ignore[arg-type]
-            m = {ua: Poly.of(u)} if ua is not None else {}
-            roots.append((subs(pos, m), substitute(expr, m)))
+        for oi, o, _, _, expr, pos in members:
+            for u in range(ua.extent.const if isinstance(ua, Var) else 1):  # type: ignore[arg-type]
+                m = {ua: Poly.of(u)} if ua is not None else {}
+                roots.append((subs(pos, m), substitute(expr, m)))
+                targets.append((oi, o.dtype))
         for _, e in roots:
             self.collect_tables(e)
         names = Names(cvars, self.sym_names, self.tables)
-        row_body, body = _body(roots, names, oi, o.dtype, _loop_var(inner) if inner is not None else None)
-        fname = f"{self.spec.name}_o{oi}_p{pi}"
+        row_body, body = _body(roots, targets, names, _loop_var(inner) if inner is not None else None)
+        fname = f"{self.spec.name}_task{len(self.runs)}"
         rng = len(self.runs)
         unravel, advance = _odometer(outer_ext, names)
         looped = [_loop_var(lp) for lp in outer + ([inner] if inner is not None else [])]
-        note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges) + "), loops " + " ".join(
-            f"{cvars[v]}<{v.extent}" for v in looped) + (f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
+        parts = "; ".join(f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
+                          + ")" for oi, o, pi, piece, _, _ in members)
+        note = parts + "; loops " + " ".join(f"{cvars[v]}<{v.extent}" for v in looped) + (
+            f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
         self.tasks.append(_template("task.c").substitute(
-            kernel=self.spec.name, output=oi, tensor=encode(o.name), piece=pi, extent_note=encode(note, limit=400),
-            fname=fname,
-            range=rng, bindings=self._bindings(o), inner_extent=print_poly(inner_ext, names), unravel=unravel,
+            kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
+            range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,
             body=body, row_body=row_body, advance=advance))
         total = print_poly(_prod(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
 
-    def _bindings(self, o: KernelOutput) -> str:
+    def _bindings(self) -> str:
         lines = []
         for k, i in enumerate(self.spec.inputs):
             if i.dtype:
@@ -469,9 +492,10 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
     return out
 
 
-def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
+def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], names: Names,
           inner: Var | None) -> tuple[str, str]:
-    """Statements computing every root: (per row, before the inner loop; inside the inner loop)."""
+    """Statements computing every root and storing it to its target (output slot, element type): (per row, before
+    the inner loop; inside the inner loop)."""
     temps: dict[Expr, str] = {}
     row_lines: list[str] = []
     lines: list[str] = []
@@ -487,9 +511,8 @@ def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str,
         (row_lines if per_row else lines).append(
             f"{'        ' if per_row else '            '}const {CTYPE[x.dtype]} {name} = {code};")
         temps[x] = name
-    t = CTYPE[dtype]
-    for pos, e in roots:
-        lines.append(f"            out{oi}[{print_poly(pos, names)}] = ({t})({sub(e)});")
+    for (pos, e), (oi, dtype) in zip(roots, targets, strict=True):
+        lines.append(f"            out{oi}[{print_poly(pos, names)}] = ({CTYPE[dtype]})({sub(e)});")
     return "\n".join(row_lines), "\n".join(lines)
 
 
@@ -514,8 +537,7 @@ def bind_symbols(spec: KernelSpec, syms: Sequence[Sym],
 
 def _kernel_source(spec: KernelSpec) -> str:
     k = _Kernel(spec)
-    for oi, o in enumerate(spec.outputs):
-        k.add_output(oi, o)
+    k.add_outputs(spec.outputs)
     names = Names({}, k.sym_names, k.tables)
     binding, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
     checks = []

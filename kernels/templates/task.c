@@ -1,5 +1,5 @@
 
-/* $kernel, output $output ('$tensor'), piece $piece: $extent_note */
+/* $kernel: $note */
 EVO_TASK static void ${fname}(void *vctx, size_t task) {
     const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
     const evo_range *rg = &c->ranges[$range];
