@@ -373,6 +373,8 @@ def _polys(x: Expr) -> list[Poly]:
         return [x.index]
     if isinstance(x, IndexVal):
         return [x.poly]
+    if isinstance(x, Reduce):
+        return [x.var]  # its extent
     return []
 
 

@@ -45,6 +45,8 @@ class TensorInfo:
     # kernel that reads the derived value checks them, since the nodes that would have failed on them may be gone
     checks: tuple[SizeCheck, ...] = ()
     uniform: frozenset[int] = frozenset()  # axes every element along which is the same (lazy.Lazy.uniform)
+    # its rank at run time may differ from the model's (downstream of a lazy.RankQuirk): shape None, never fused
+    rank_quirk: bool = False
 
     @property
     def value(self) -> Known | Derived | None:
@@ -218,6 +220,12 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
             an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, checks, lz.uniform)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
+    if isinstance(result, L.RankQuirk) or any(
+            (info := an.tensors.get(t.name)) is not None and info.rank_quirk for t in node.inputs if t.name):
+        for o in outs:
+            an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None, None,
+                                            rank_quirk=True)
+        return
     arrays = []
     for t in node.inputs:
         info = an.tensors.get(t.name) if t.name else None

@@ -47,6 +47,11 @@ class Reject(Exception):
         self.reason = reason
 
 
+class RankQuirk(Reject):
+    """A node left to onnxruntime whose result can have another rank than the model says at run time (a
+    reduction with keepdims=0 and negative axes of an empty input): nothing downstream of it is fused."""
+
+
 @dataclass(frozen=True)
 class Lazy:
     dtype: str

@@ -140,9 +140,9 @@ def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput],
         for x in walk(o.expr):
             if isinstance(x, Load):
                 out |= x.index.syms()
-            idx = getattr(x, "index", None) or getattr(x, "poly", None)
+            idx = getattr(x, "index", None) or getattr(x, "poly", None) or getattr(x, "var", None)
             if isinstance(idx, Poly):
-                out |= idx.syms()
+                out |= idx.syms()  # a Reduce's var: its extent's sizes (a reduction over an expanded input)
     for i in inputs:
         for d in i.shape:
             out |= d.syms()

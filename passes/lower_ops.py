@@ -508,7 +508,7 @@ def _empty_quirk(op: str, x: Lazy, axes: Sequence[int], quirk: set[int], keep: i
     if not quirk or all((d.const or 0) > 0 for d in x.shape):
         return {}
     if not keep:
-        raise Reject(f"{op} with negative axes keeps the input's shape on an empty input in onnxruntime")
+        raise L.RankQuirk(f"{op} with negative axes keeps the input's shape on an empty input in onnxruntime")
     if all(x.shape[k].const is not None for k in range(x.rank) if k not in axes):
         # The spec's result shape is static, so onnxruntime's memory planner may have given the output a buffer of
         # that shape: with the other shape on an empty input it then fails ("Shape mismatch attempting to re-use

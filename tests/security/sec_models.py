@@ -326,6 +326,25 @@ def shape_of_reshape() -> Regression:
     return Regression(model, sizes("N", [0, 1, 3]), require_kernel=False, note="a size known only when N > 0")
 
 
+def rank_quirk_downstream() -> Regression:
+    # ReduceSum(x[M], axes=[-1], keepdims=0) is a scalar, but onnxruntime returns x's shape [0] at M = 0 and the
+    # nodes after it go on with a rank the model does not declare: they stay with onnxruntime (fuzz case 1043)
+    nodes = [node("Add", ["x", "x"], ["a"]), node("ReduceSum", ["a", "ax"], ["r"], keepdims=0),
+             node("Unsqueeze", ["r", "ax"], ["u"]), node("Concat", ["u", "x"], ["y"], axis=0)]
+    model = make_model(nodes, [("x", F, ["M"])], [("y", F, 1)], {"ax": np.array([-1], np.int64)})
+    return Regression(model, sizes("M", [0, 1, 3]), require_kernel=False, note="a reduction's quirk rank downstream")
+
+
+def reduce_of_expanded_scalar() -> Regression:
+    # a kernel whose only input is a scalar, reducing it expanded to Shape(x[N, 1, N]): N sizes only the reduction's
+    # loop, and x must be bound for it (an optimize traceback, fuzz case 286)
+    nodes = [node("Shape", ["x"], ["sh"]), node("Expand", ["s", "sh"], ["e"]), node("Max", ["e", "e"], ["m"]),
+             node("ReduceMax", ["m"], ["r"], keepdims=1), node("Greater", ["r", "c"], ["y"])]
+    model = make_model(nodes, [("x", I32, ["N", 1, "N"]), ("s", F, [])], [("y", TensorProto.BOOL, 3)],
+                       {"c": np.full((1, 1, 1), 8.0, np.float32)})
+    return Regression(model, sizes("N", [0, 1, 3]), note="ReduceMax of an expanded scalar")
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -358,6 +377,8 @@ def _all() -> dict[str, Callable[[], Regression]]:
     for op, axes, keep in EMPTY_REDUCTIONS:
         out[f"empty-reduction/{op}{axes}-keepdims{keep}"] = lambda o=op, a=axes, k=keep: empty_reduction(o, a, k)
     out["empty-reduction/ReduceMin[-1, -2]-static-result"] = lambda: empty_reduction("ReduceMin", [-1, -2], 1, True)
+    out["empty-reduction/rank-downstream"] = rank_quirk_downstream
+    out["reduction-extent/expanded-scalar"] = reduce_of_expanded_scalar
     out["plan-time-value/empty-gather"] = empty_gather
     out["plan-time-value/shape-of-reshape"] = shape_of_reshape
     out["scalar-input/rank-0"] = scalar_input

@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sec_graphs import I64_MAX, case_from_model
-from sec_models import REGRESSIONS, make_model, node
+from sec_models import REGRESSIONS, F, make_model, node
 from sec_oracle import check_case
 from sec_payloads import TEMPLATES, Canary, escaped_identifiers, payload
 
@@ -117,3 +117,19 @@ def test_bug_class_regression(key: str, tmp_path: Path) -> None:
 def test_integer_extreme_constants(key: str, tmp_path: Path) -> None:
     reg = REGRESSIONS[key]()
     _check(reg.model, reg.plans, tmp_path, require_kernel=reg.require_kernel, regime=reg.regime)
+
+
+def test_dead_node_errors_are_matched_by_full_name(tmp_path: Path) -> None:
+    # adversarial node names hold quotes: onnxruntime's "Name:'a'b' Status Message:" must find node "a'b"
+    from sec_oracle import _error_in_dead_node
+
+    dead = node("Neg", ["x"], ["d"])
+    dead.name = "a'); b"
+    model = make_model([dead, node("Abs", ["x"], ["y"])], [("x", F, ["N"])], [("y", F, 1)], {})
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    err = "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Neg node. Name:'{}' Status " \
+          "Message: boom"
+    assert _error_in_dead_node({"model": str(path)}, err.format("a'); b"))
+    assert not _error_in_dead_node({"model": str(path)}, err.format("Abs_y"))
+    assert not _error_in_dead_node({"model": str(path)}, err.format("a'"))
