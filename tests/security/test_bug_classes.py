@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sec_graphs import I64_MAX, case_from_model
-from sec_models import REGRESSIONS, F, make_model, node
+from sec_models import REGRESSIONS, make_model, node
 from sec_oracle import check_case
 from sec_payloads import TEMPLATES, Canary, escaped_identifiers, payload
 
