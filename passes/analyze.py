@@ -220,7 +220,7 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
             an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, checks, lz.uniform)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
-    if isinstance(result, L.RankQuirk) or any(
+    if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or any(
             (info := an.tensors.get(t.name)) is not None and info.rank_quirk for t in node.inputs if t.name):
         for o in outs:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None, None,
@@ -244,6 +244,29 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
 
 
 _SHAPE_OPS = ("Shape", "Size")
+_QUIRK_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin")
+
+
+def _empty_quirk_left(node: gs.Node, an: Analysis) -> bool:
+    """A reduction left to onnxruntime whose result can have another shape than the model says: an axis written
+    negatively, of an input that can be empty (lower_ops._empty_quirk). An integer ReduceSum(x[N, M], [-2, -1])
+    gives [N, M] at N = 0, not [1, 1], and a kernel after it must not take the [1, 1] for granted."""
+    if node.op not in _QUIRK_OPS or node.domain not in (None, "", "ai.onnx") or not node.inputs:
+        return False
+    info = an.tensors.get(node.inputs[0].name)
+    if info is None or info.shape is None or all((d.const or 0) > 0 for d in info.shape):
+        return False
+    if node.op in ("ArgMax", "ArgMin"):
+        return int(node.attrs.get("axis", 0)) < 0
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1].name:
+        known = an.tensors.get(node.inputs[1].name)
+        arr = known.known.array() if known is not None and known.known is not None else None
+        if arr is None:
+            return True  # axes computed at run time: any of them may be negative
+        axes = arr.ravel().tolist()
+    return any(int(a) < 0 for a in axes or [])
 
 
 def _checks_of(node: gs.Node, an: Analysis, found: list[SizeCheck]) -> tuple[SizeCheck, ...]:

@@ -335,6 +335,17 @@ def rank_quirk_downstream() -> Regression:
     return Regression(model, sizes("M", [0, 1, 3]), require_kernel=False, note="a reduction's quirk rank downstream")
 
 
+def quirk_shape_downstream() -> Regression:
+    # an int64 ReduceSum stays with onnxruntime; over axes [-2, -1] of an empty x[N, M] it gives [N, M], not the
+    # [1, 1] the model says, and the kernel after it must not take the [1, 1] for granted (fuzz case 2109)
+    nodes = [node("ReduceSum", ["x", "ax"], ["r"], keepdims=1), node("Expand", ["r", "shape"], ["e"]),
+             node("Neg", ["e"], ["y"])]
+    model = make_model(nodes, [("x", I64, ["N", "M"])], [("y", I64, 3)],
+                       {"ax": np.array([-2, -1], np.int64), "shape": np.array([2, 1, 1], np.int64)})
+    return Regression(model, [{"N": n, "M": m} for n, m in [(0, 0), (0, 3), (2, 3)]], require_kernel=False,
+                      note="a kernel after onnxruntime's empty reduction")
+
+
 def reduce_of_expanded_scalar() -> Regression:
     # a kernel whose only input is a scalar, reducing it expanded to Shape(x[N, 1, N]): N sizes only the reduction's
     # loop, and x must be bound for it (an optimize traceback, fuzz case 286)
@@ -378,6 +389,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
         out[f"empty-reduction/{op}{axes}-keepdims{keep}"] = lambda o=op, a=axes, k=keep: empty_reduction(o, a, k)
     out["empty-reduction/ReduceMin[-1, -2]-static-result"] = lambda: empty_reduction("ReduceMin", [-1, -2], 1, True)
     out["empty-reduction/rank-downstream"] = rank_quirk_downstream
+    out["empty-reduction/shape-downstream"] = quirk_shape_downstream
     out["reduction-extent/expanded-scalar"] = reduce_of_expanded_scalar
     out["plan-time-value/empty-gather"] = empty_gather
     out["plan-time-value/shape-of-reshape"] = shape_of_reshape
