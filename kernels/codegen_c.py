@@ -4,7 +4,8 @@ For each output, the iteration space is split into *pieces* wherever a Concat bo
 loop index) falls, so no select survives inside a loop. A small last axis (<= 8, e.g. the 4 box coordinates) is
 unrolled and its elements share common subexpressions; the axis before it is the inner loop, which reads with
 constant strides that gcc vectorises. The outer axes and the inner loop are flattened into one range that
-`evo_run` splits into tasks on onnxruntime's thread pool.
+`evo_run` splits into tasks on onnxruntime's thread pool. The (output, piece) pairs whose loops are the same share
+one task function, and with it their temporaries: a chain feeding several outputs is computed once per element.
 """
 
 from __future__ import annotations

@@ -353,7 +353,13 @@ def _error_in_dead_node(original_run: dict, err: str | None) -> bool:
     if m is None:
         return False
     rest = (err or "")[m.end():]  # a name may hold quotes itself: try each dead node's full name
-    return any(rest.startswith(name + "' Status Message:") for name in dead_nodes(onnx.load(original_run["model"])))
+
+    def named(name: str) -> bool:
+        if "\0" in name:  # onnxruntime's message ends the name at a NUL (a C string)
+            return rest.startswith(name.split("\0")[0])
+        return rest.startswith(name + "' Status Message:")
+
+    return any(named(name) for name in dead_nodes(onnx.load(original_run["model"])))
 
 
 def _same_outcome(ref: list[np.ndarray] | None, ref_err: str | None, got: list[np.ndarray] | None,
