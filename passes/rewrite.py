@@ -32,6 +32,7 @@ def _dim(d: Poly, an: Analysis) -> int | str | None:
 
 def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     g = g.copy()
+    live = _live_nodes(g)
     tensors = g.tensors()
     by_name = {n.name: n for n in g.nodes}
     for spec in specs:
@@ -48,8 +49,37 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
         g.nodes.append(gs.Node(op=FUSED_OP, name=spec.name, domain=DOMAIN, attrs=attrs,
                                inputs=[tensors[i.name] for i in spec.inputs], outputs=outs))
     _fold_known(g, an)
+    # A node onnxruntime runs in the original may fail there (a ScatterND index out of a symbolic axis); when
+    # evonnx no longer needs its result (its shape was all that was read, and that is known) it must still run,
+    # or the optimized model would return where the original fails. onnxruntime runs nodes nobody reads, so such
+    # nodes stay, their outputs unread (kept through cleanup as temporary graph outputs).
+    # Only nodes evonnx did not lower: a lowered node's failures are size checks that travel with its values.
+    keep = [t for n in g.nodes if n.name in live and n.outputs and n.domain != DOMAIN and n.op not in _CANNOT_FAIL
+            and not isinstance(an.lowered.get(n.name), list) and all(_available(t, g) for t in n.inputs)
+            for t in n.outputs if t not in g.outputs]
+    g.outputs.extend(keep)
     g.cleanup(remove_unused_graph_inputs=False).toposort()
+    del g.outputs[len(g.outputs) - len(keep):]
     return g
+
+
+_CANNOT_FAIL = ("Constant", "Shape", "Size", "Identity")
+
+
+def _live_nodes(g: gs.Graph) -> set[str]:
+    """Names of the nodes whose results reach a graph output (onnxruntime fails the original in any of them)."""
+    needed = {t.name for t in g.outputs}
+    live: set[str] = set()
+    for n in reversed(g.nodes):  # in topological order, as ONNX requires
+        if any(t.name in needed for t in n.outputs):
+            live.add(n.name)
+            needed.update(t.name for t in n.inputs if t.name)
+    return live
+
+
+def _available(t: gs.Tensor, g: gs.Graph) -> bool:
+    """Whether the rewritten graph still has `t`: an input, a constant, or the output of a node it keeps."""
+    return not t.name or isinstance(t, gs.Constant) or t in g.inputs or bool(t.inputs)
 
 
 def _fold_known(g: gs.Graph, an: Analysis) -> None:

@@ -356,6 +356,18 @@ def reduce_of_expanded_scalar() -> Regression:
     return Regression(model, sizes("N", [0, 1, 3]), note="ReduceMax of an expanded scalar")
 
 
+def failing_node_read_through_shape() -> Regression:
+    # The ScatterND stays with onnxruntime (its updates, x[0:2], are not provably [2, 3]), which fails it at N < 2;
+    # only its Shape[1:] is read, which evonnx knows, but the node must still run (fuzz cases 7 and 1605)
+    nodes = [node("Slice", ["x", "zero", "two", "zero"], ["s"]), node("Neg", ["s"], ["u"]),
+             node("ScatterND", ["x", "ind", "u"], ["w"]), node("Shape", ["w"], ["sh"], start=1),
+             node("Neg", ["sh"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", 3])], [("y", I64, 1)],
+                       {"zero": np.array([0], np.int64), "two": np.array([2], np.int64),
+                        "ind": np.array([[0], [1]], np.int64)})
+    return Regression(model, sizes("N", [0, 1, 3]), require_kernel=False, note="a failing node read only through Shape")
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -391,6 +403,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["empty-reduction/rank-downstream"] = rank_quirk_downstream
     out["empty-reduction/shape-downstream"] = quirk_shape_downstream
     out["reduction-extent/expanded-scalar"] = reduce_of_expanded_scalar
+    out["plan-time-value/failing-node-read-through-shape"] = failing_node_read_through_shape
     out["plan-time-value/empty-gather"] = empty_gather
     out["plan-time-value/shape-of-reshape"] = shape_of_reshape
     out["scalar-input/rank-0"] = scalar_input
