@@ -368,6 +368,18 @@ def failing_node_read_through_shape() -> Regression:
     return Regression(model, sizes("N", [0, 1, 3]), require_kernel=False, note="a failing node read only through Shape")
 
 
+def checked_kernel_read_through_shape() -> Regression:
+    # the kernel's Mul of x[N, 1] and z[M, 1] must check that N and M broadcast; only the shape of a Slice of its
+    # Concat is read, and onnxruntime folds Shape of a declared static shape and then skips the kernel (fuzz 1262)
+    nodes = [node("Mul", ["x", "z"], ["m"]), node("Concat", ["c", "m"], ["cc"], axis=0),
+             node("Slice", ["cc", "zero", "one", "zero"], ["s"]), node("Shape", ["s"], ["y"])]
+    model = make_model(nodes, [("x", I64, ["N", 1]), ("z", I64, ["M", 1])], [("y", I64, 1)],
+                       {"c": np.array([[8], [-5]], np.int64), "zero": np.array([0], np.int64),
+                        "one": np.array([1], np.int64)})
+    return Regression(model, [{"N": n, "M": m} for n, m in [(0, 3), (3, 0), (2, 2)]], require_kernel=False,
+                      note="a checked kernel read only through Shape")
+
+
 def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
@@ -404,6 +416,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["empty-reduction/shape-downstream"] = quirk_shape_downstream
     out["reduction-extent/expanded-scalar"] = reduce_of_expanded_scalar
     out["plan-time-value/failing-node-read-through-shape"] = failing_node_read_through_shape
+    out["plan-time-value/checked-kernel-read-through-shape"] = checked_kernel_read_through_shape
     out["plan-time-value/empty-gather"] = empty_gather
     out["plan-time-value/shape-of-reshape"] = shape_of_reshape
     out["scalar-input/rank-0"] = scalar_input
