@@ -29,6 +29,14 @@ def _model(op: str, n_in: int, dtype: int, attrs: dict, inits: dict, extra: list
     return make_model([*pre, mid, *post], [(x, dtype, ["N", size]) for x in ins], [("y", out, 2)], inits)
 
 
+def _check_grid(model: object, plans: list[dict[str, int]], tmp_path: Path, exact: bool = True) -> None:
+    """Optimizes `model` and compares it with onnxruntime on the grid regime at every plan: fused, no finding."""
+    result = check_case(case_from_model(model, plans, exact=exact, value_regime="grid"), tmp_path, tmp_path / "marker")
+    assert result.status == "ok" and result.fused >= 1, result.note
+    assert not result.findings, result.findings
+    assert result.runs_compared == len(plans), result.note
+
+
 NAN = np.float32(np.nan)
 # (id, op, inputs, dtype, attributes, initializers, extra inputs, output dtype, exact)
 CASES = [
@@ -70,11 +78,7 @@ _BOOL = 9  # TensorProto.BOOL
 def test_special_values(case: tuple, tmp_path: Path) -> None:
     _id, op, n_in, dtype, attrs, inits, extra, out, exact = case
     model = _model(op, n_in, dtype, attrs, inits, extra, _BOOL if out is np.bool_ else out)
-    result = check_case(case_from_model(model, [{"N": 1}, {"N": 3}], exact=exact, value_regime="grid"),
-                        tmp_path, tmp_path / "marker")
-    assert result.status == "ok" and result.fused >= 1, result.note
-    assert not result.findings, result.findings
-    assert result.runs_compared == 2, result.note
+    _check_grid(model, [{"N": 1}, {"N": 3}], tmp_path, exact)
 
 
 def _arg_model(op: str, start: int, last: int) -> object:
@@ -93,11 +97,7 @@ def _arg_model(op: str, start: int, last: int) -> object:
 @pytest.mark.parametrize("start", [0, 64, 100])  # rows starting with NaN, 1.0 and -3.5
 @pytest.mark.parametrize("last", [0, 1])
 def test_arg_extremes_with_nan(op: str, start: int, last: int, tmp_path: Path) -> None:
-    result = check_case(case_from_model(_arg_model(op, start, last), [{"N": 1}, {"N": 2}], value_regime="grid"),
-                        tmp_path, tmp_path / "marker")
-    assert result.status == "ok" and result.fused >= 1, result.note
-    assert not result.findings, result.findings
-    assert result.runs_compared == 2, result.note
+    _check_grid(_arg_model(op, start, last), [{"N": 1}, {"N": 2}], tmp_path)
 
 
 def _reduce_model(op: str, start: int, keep: int) -> object:
@@ -119,8 +119,4 @@ def _reduce_model(op: str, start: int, keep: int) -> object:
 @pytest.mark.parametrize("keep", [0, 1])
 @pytest.mark.parametrize("start", [0, 64])
 def test_reduce_extremes_with_nan(op: str, keep: int, start: int, tmp_path: Path) -> None:
-    result = check_case(case_from_model(_reduce_model(op, start, keep), [{"N": 1}, {"N": 3}], value_regime="grid"),
-                        tmp_path, tmp_path / "marker")
-    assert result.status == "ok" and result.fused >= 1, result.note
-    assert not result.findings, result.findings
-    assert result.runs_compared == 2, result.note
+    _check_grid(_reduce_model(op, start, keep), [{"N": 1}, {"N": 3}], tmp_path)
