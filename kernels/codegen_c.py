@@ -335,10 +335,8 @@ def _nonempty_facts(o: KernelOutput, expr: Expr, pos: Poly) -> dict[Atom, Poly]:
                     visit(a.index)
 
     for x in walk(expr):
-        for p in _polys(x):
+        for p in _polys(x):  # a Reduce's var (its extent) among them
             visit(p)
-        if isinstance(x, Reduce):
-            visit(x.var)
     visit(pos)
     for d in o.shape:
         visit(d)
