@@ -6,10 +6,11 @@
         | {"status": "exception", "type", "message", "traceback"} (any other exception: a finding).
 
     python sec_child.py run SPEC_JSON
-        SPEC: {"runs": [{"label", "model", "library" | null, "feeds", "out", "threads"}], "progress": path,
-        "arena": bool}. Runs each model on its feeds (an .npz) with onnxruntime, the library registered when
-        given, and writes `out`.npz (outputs in order) or `out`.err (the error). Before each run it appends the
-        run's label to the progress file, so a crash names the run that died.
+        SPEC: {"runs": [{"label", "model", "library" | null, "feeds", "out", "threads"[, "optimize": bool]
+        [, "reuse": bool]}], "progress": path, "arena": bool}. Runs each model on its feeds (an .npz) with
+        onnxruntime (graph optimizations off where "optimize" is false, buffer re-use off where "reuse" is), the
+        library registered when given, and writes `out`.npz (outputs in order) or `out`.err (the error). Before
+        each run it appends the run's label to the progress file, so a crash names the run that died.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def run(spec_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     progress = open(spec["progress"], "a", buffering=1)  # noqa: SIM115 - kept open for the life of the child
-    sessions: dict[tuple[str, str | None, int, bool], object] = {}
+    sessions: dict[tuple[str, str | None, int, bool, bool], object] = {}
     for run in spec["runs"]:
         progress.write(run["label"] + "\n")
         progress.flush()
-        key = (run["model"], run["library"], run["threads"], run.get("optimize", True))
+        key = (run["model"], run["library"], run["threads"], run.get("optimize", True), run.get("reuse", True))
         try:
             if key not in sessions:
                 so = ort.SessionOptions()
@@ -61,6 +62,7 @@ def run(spec_path: str) -> int:
                 so.intra_op_num_threads = run["threads"]
                 so.inter_op_num_threads = 1
                 so.enable_cpu_mem_arena = bool(spec.get("arena", True))
+                so.enable_mem_reuse = bool(run.get("reuse", True))
                 if not run.get("optimize", True):
                     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
                 if run["library"] is not None:

@@ -15,9 +15,12 @@ error is the expected behaviour.
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -789,3 +792,17 @@ def case_from_model(model: onnx.ModelProto, plans: Sequence[dict[str, int]], *, 
     symbols = list(dict.fromkeys(d for t in inputs for d in t.shape if isinstance(d, str)))
     return Case(model=model, inputs=inputs, symbols=symbols, plans=[dict(p) for p in plans],
                 value_regime=value_regime, seed=seed, exact=exact, file_name=file_name)
+
+
+def case_from_finding(path: Path) -> Case:
+    """The `Case` of a finding kept by the fuzzer (`sec_oracle.save_finding`): `<key>.onnx` and the first two lines
+    of `<key>.txt` (sizes, value regime, exactness, file name and seed), as it was drawn."""
+    text = path.with_suffix(".txt").read_text()
+    plans = ast.literal_eval(re.search(r"; sizes (\[.*?\]); values ", text).group(1))  # type: ignore[union-attr]
+    regime = re.search(r"; values (\w+)\n", text).group(1)  # type: ignore[union-attr]
+    match = re.search(r"\nexact: (True|False); file name (.*); seed (\d+)\n", text)
+    assert match is not None, f"{path}: not a finding's summary"
+    model = onnx.load(str(path))
+    symbols = case_from_model(model, []).symbols  # in the order the summary printed them (shortened there)
+    return case_from_model(model, [dict(zip(symbols, p.values())) for p in plans], exact=match.group(1) == "True",
+                           value_regime=regime, seed=int(match.group(3)), file_name=ast.literal_eval(match.group(2)))

@@ -9,6 +9,7 @@ every size, which evonnx may refuse).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from sec_graphs import I64_MAX, case_from_model
+from sec_graphs import I64_MAX, case_from_finding, case_from_model
 from sec_models import REGRESSIONS, make_model, node
 from sec_oracle import check_case
 from sec_payloads import TEMPLATES, Canary, escaped_identifiers, payload
@@ -133,3 +134,50 @@ def test_dead_node_errors_are_matched_by_full_name(tmp_path: Path) -> None:
     assert _error_in_dead_node({"model": str(path)}, err.format("a'); b"))
     assert not _error_in_dead_node({"model": str(path)}, err.format("Abs_y"))
     assert not _error_in_dead_node({"model": str(path)}, err.format("a'"))
+
+
+# -- fuzz findings whose class is fixed, replayed as found ------------------------------------------------------
+REPLAYS = sorted((Path(__file__).resolve().parent / "replays").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", REPLAYS, ids=[p.stem for p in REPLAYS])
+def test_fuzz_finding_replays(path: Path, tmp_path: Path) -> None:
+    case = case_from_finding(path)
+    outcome = check_case(case, tmp_path / "case", tmp_path / "no-marker")
+    if outcome.findings:
+        pytest.fail("\n".join([case.describe()] + outcome.findings), pytrace=False)
+    assert outcome.status == "ok", f"{outcome.status}: {outcome.note}"
+    assert outcome.runs_compared + outcome.runs_both_failed == len(case.plans), outcome.note
+
+
+def _judge(tmp_path: Path, outs: dict[str, list[np.ndarray] | str]) -> list[str]:
+    """`judge_runs` on hand-made results: label -> outputs, or an error text."""
+    from sec_oracle import Outcome, judge_runs
+
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    runs = []
+    for label, value in outs.items():
+        out = folder / label.replace("/", "")
+        if isinstance(value, str):
+            Path(str(out) + ".err").write_text(value)
+        else:
+            np.savez(str(out) + ".npz", *value)
+        runs.append({"label": label, "model": "m.onnx", "out": str(out), "plan": "{N=2}"})
+    outcome = Outcome()
+    judge_runs(False, runs, 0, "", [*outs, "done"], outcome)
+    return outcome.findings
+
+
+def test_second_look_references_excuse_only_what_they_reproduce(tmp_path: Path) -> None:
+    from sec_oracle import REUSE_ERROR
+
+    ort, evo = np.array([True, False]), np.array([True, True])
+    # a comparison that flips: excused when onnxruntime, fed evonnx's inexact values, flips it too
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": [evo], "cutref/0": [evo]}) == []
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": [evo], "cutref/0": [ort]})
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": [evo]})
+    # onnxruntime's buffer re-use failure: excused only when its result with re-use off is evonnx's
+    failed = f"Fail: [ONNXRuntimeError] : 1 : FAIL : {REUSE_ERROR}. {{0}} != {{1}}."
+    assert _judge(tmp_path, {"original/0": failed, "optimized/0": [evo], "noreuse/0": [evo]}) == []
+    assert _judge(tmp_path, {"original/0": failed, "optimized/0": [evo], "noreuse/0": [ort]})
+    assert _judge(tmp_path, {"original/0": "Fail: another error", "optimized/0": [evo], "noreuse/0": [evo]})
