@@ -41,7 +41,7 @@ import onnx_graphsurgeon as gs  # noqa: E402
 import evonnx  # noqa: E402
 from evonnx.api import _exact_outputs, library_path  # noqa: E402
 from evonnx.kernels.build import build_model_library  # noqa: E402
-from evonnx.kernels.codegen_c import generate  # noqa: E402
+from evonnx.kernels.codegen_c import generate_source  # noqa: E402
 from evonnx.model import DOMAIN, default_opset, load_model  # noqa: E402
 from evonnx.passes.analyze import analyze  # noqa: E402
 from evonnx.passes.cost_model import calibrate, node_stats  # noqa: E402
@@ -188,7 +188,7 @@ def run_stages(src: Path, work: Path) -> tuple[dict[str, float], int, int]:
     out_model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     onnx.save(out_model, str(dst))
     t0 = lap("rewrite", t0)
-    source = generate(specs, dst.name)
+    source = generate_source(specs, dst.name)
     t0 = lap("codegen", t0)
     build_model_library(source, lib, model_name=dst.name)
     t0 = lap("build", t0)

@@ -102,7 +102,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     import onnx_graphsurgeon as gs
 
     from evonnx.kernels.build import build_model_library
-    from evonnx.kernels.codegen_c import generate
+    from evonnx.kernels.codegen_c import generate_source
     from evonnx.passes.pipeline import run_pipeline
 
     t0 = time.perf_counter()
@@ -129,15 +129,15 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
             setattr(out_model, field, getattr(original, field))
         out_model.producer_name = "evonnx"
-        source = generate(result.specs, dst.name)
+        source = generate_source(result.specs, dst.name)
         cuda_source = None
         if target in ("cuda", "both"):
             from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
 
-            source += generate_cuda_host(result.specs)
+            source = source.append(generate_cuda_host(result.specs))
             cuda_source = generate_cuda(result.specs, dst.name)
         if dump_dir is not None:
-            _dump(Path(dump_dir), result, source, out_model, cuda_source)
+            _dump(Path(dump_dir), result, source.text, out_model, cuda_source)
         build_model_library(source, staged.path(lib), model_name=dst.name, cflags=tuple(cflags),
                             headers=Path(ort_headers) if ort_headers is not None else None,
                             cuda_source=cuda_source,

@@ -415,16 +415,21 @@ def substitute(e: Expr, mapping: dict) -> Expr:
     from evonnx.index import subs
 
     memo: dict[Expr, Expr] = {}
+    atoms: dict = {}  # index.subs's memo, shared by every index of `e`
 
     def go(x: Expr) -> Expr:
         if x in memo:
             return memo[x]
         if isinstance(x, Load):
-            r: Expr = Load(x.slot, subs(x.index, mapping), x.dtype)
+            r: Expr = Load(x.slot, subs(x.index, mapping, atoms), x.dtype)
         elif isinstance(x, TableLoad):
-            r = TableLoad(x.table, subs(x.index, mapping), x.dtype)
+            r = TableLoad(x.table, subs(x.index, mapping, atoms), x.dtype)
         elif isinstance(x, IndexVal):
-            r = index_val(subs(x.poly, mapping))
+            r = index_val(subs(x.poly, mapping, atoms))
+        elif isinstance(x, Op) and x.op == "where" and isinstance(cond := go(x.args[0]), Const):
+            # a branch the substitution made dead is not substituted: its reads may be out of range there
+            # (a Concat piece's table index at an unrolled position of the other piece)
+            r = go(x.args[1] if cond.value else x.args[2])
         elif isinstance(x, Op):
             args = tuple(go(a) for a in x.args)
             if x.op == "where":

@@ -14,7 +14,9 @@ into plain strides. Every function returns a new value; nothing is mutated.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from evonnx.errors import InternalError
 
 Monomial = tuple["Atom", ...]
 
@@ -110,6 +112,15 @@ class Poly:
     """Sum of `coefficient * product(atoms)`; `terms` is sorted and has no zero coefficients."""
 
     terms: tuple[tuple[Monomial, int], ...] = ()
+    _hash: int | None = field(default=None, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        # cached: atoms nest polynomials, and an uncached hash walks the whole tree on every dict lookup
+        h = self._hash
+        if h is None:
+            h = hash(self.terms)
+            object.__setattr__(self, "_hash", h)
+        return h
 
     # -- construction -------------------------------------------------------------------------------------
     @staticmethod
@@ -265,6 +276,8 @@ def sym(name: str) -> Poly:
 def lookup(table: Table, index: PolyLike) -> Poly:
     i = Poly.of(index)
     if i.const is not None:
+        if not 0 <= i.const < len(table.values):  # never Python's negative indexing: a generated read is in range
+            raise InternalError(f"index table {table.name} of {len(table.values)} entries read at {i.const}")
         return Poly.of(table.values[i.const])
     if len(set(table.values)) == 1:
         return Poly.of(table.values[0])
@@ -454,34 +467,43 @@ def pmax(a: PolyLike, b: PolyLike) -> Poly:
 
 
 # -- substitution and evaluation --------------------------------------------------------------------------
-def subs(p: PolyLike, mapping: Mapping[Atom, PolyLike]) -> Poly:
-    """Replace atoms (usually Vars) by polynomials and simplify again."""
+def subs(p: PolyLike, mapping: Mapping[Atom, PolyLike], memo: dict[Atom, Poly] | None = None) -> Poly:
+    """Replace atoms (usually Vars) by polynomials and simplify again. `memo` (atom -> result) may be shared by
+    calls with the same `mapping`: index expressions repeat the same floor divisions and remainders."""
     p = Poly.of(p)
     if not mapping:
         return p
+    if memo is None:
+        memo = {}
     out = Poly()
     for mono, c in p.terms:
         term = Poly.of(c)
         for a in mono:
-            term = term * _subs_atom(a, mapping)
+            term = term * _subs_atom(a, mapping, memo)
         out = out + term
     return out
 
 
-def _subs_atom(a: Atom, mapping: Mapping[Atom, PolyLike]) -> Poly:
+def _subs_atom(a: Atom, mapping: Mapping[Atom, PolyLike], memo: dict[Atom, Poly]) -> Poly:
     if a in mapping:
         return Poly.of(mapping[a])
+    done = memo.get(a)
+    if done is not None:
+        return done
     if isinstance(a, FloorDiv):
-        return floordiv(subs(a.num, mapping), subs(a.den, mapping))
-    if isinstance(a, Mod):
-        return mod(subs(a.num, mapping), subs(a.den, mapping))
-    if isinstance(a, Min):
-        return pmin(subs(a.a, mapping), subs(a.b, mapping))
-    if isinstance(a, Max):
-        return pmax(subs(a.a, mapping), subs(a.b, mapping))
-    if isinstance(a, Lookup):
-        return lookup(a.table, subs(a.index, mapping))
-    return Poly.of(a)
+        r = floordiv(subs(a.num, mapping, memo), subs(a.den, mapping, memo))
+    elif isinstance(a, Mod):
+        r = mod(subs(a.num, mapping, memo), subs(a.den, mapping, memo))
+    elif isinstance(a, Min):
+        r = pmin(subs(a.a, mapping, memo), subs(a.b, mapping, memo))
+    elif isinstance(a, Max):
+        r = pmax(subs(a.a, mapping, memo), subs(a.b, mapping, memo))
+    elif isinstance(a, Lookup):
+        r = lookup(a.table, subs(a.index, mapping, memo))
+    else:
+        r = Poly.of(a)
+    memo[a] = r
+    return r
 
 
 def evaluate(p: PolyLike, env: Mapping[str, int]) -> int:

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from evonnx.errors import BuildError
+from evonnx.kernels.codegen_c import CSource
 from evonnx.paths import cache_dir
 from evonnx.toolchain import KERNEL_CFLAGS
 
@@ -167,7 +168,7 @@ def runtime_object(headers: Path | None = None) -> Path:
 
 
 def build_model_library(
-    kernel_source: str,
+    kernel_source: str | CSource,
     out_path: Path,
     *,
     model_name: str,
@@ -178,7 +179,9 @@ def build_model_library(
 ) -> Path:
     """Compile `kernel_source` (C11, includes "evonnx_abi.h") and link it with the runtime into `out_path`.
 
-    `model_name` is for messages; `headers` is passed to `runtime_object`. The result needs only libc, libm,
+    A `CSource` of more than `PARALLEL_BUILD_CHARS` characters is compiled as several translation units at
+    once, one per core (`build_jobs`); a string is one unit. `model_name` is for messages; `headers` is passed
+    to `runtime_object`. The result needs only libc, libm,
     libstdc++ and libgcc at run time. On a compiler error raises BuildError with the compiler's first lines
     and keeps a copy of the failing source in the cache at a path the message names. The build folder in the
     temp folder and the partial library are removed on every path, Ctrl-C included.
@@ -192,18 +195,23 @@ def build_model_library(
     cc = os.environ.get("CC", "gcc")
     cxx = os.environ.get("CXX", "g++")
     image = cuda_fatbin(cuda_source, cuda_archs, model_name=model_name) if cuda_source is not None else None
+    if isinstance(kernel_source, str):
+        units = [kernel_source]
+    else:
+        jobs = build_jobs() if len(kernel_source) > PARALLEL_BUILD_CHARS else 1
+        units = kernel_source.units(jobs)
     with tempfile.TemporaryDirectory(prefix="evonnx-build-") as tmp:
         work = Path(tmp)
-        source = work / "kernels.c"
-        source.write_text(kernel_source)
-        obj = work / "kernels.o"
-        _run_compiler(
-            [cc, *_KERNEL_FLAGS, *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}",
-             "-c", str(source), "-o", str(obj)],
+        sources = [work / (f"kernels{k}.c" if len(units) > 1 else "kernels.c") for k in range(len(units))]
+        for path, text in zip(sources, units):
+            path.write_text(text)
+        flags = [*_KERNEL_FLAGS, *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}"]
+        _run_compilers(
+            [([cc, *flags, "-c", str(src), "-o", str(src.with_suffix(".o"))], src) for src in sources],
             f"compiling the kernels of {model_name!r}",
-            source=source,
         )
-        objects = [str(obj)]
+        objects = [str(src.with_suffix(".o")) for src in sources]
+        source = sources[0]
         if image is not None:
             image_source = work / "cuda_image.c"
             image_source.write_text(_image_source(image))
@@ -429,23 +437,76 @@ def _partial_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
 
 
+# A model's kernels are compiled as one translation unit per core above this size (the prelude, about 10 k
+# characters, is compiled again in each): gcc takes about 25 s per megabyte of generated kernels at -O3.
+PARALLEL_BUILD_CHARS = 200_000
+
+
+def build_jobs() -> int:
+    """Compilers run at once: `$EVONNX_BUILD_JOBS`, else the cores this process may run on."""
+    named = os.environ.get("EVONNX_BUILD_JOBS", "")
+    if named.strip().isdigit() and int(named) > 0:
+        return int(named)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _run_compilers(commands: list[tuple[list[str], Path]], what: str) -> None:
+    """`_run_compiler` for each (command, source) at once; the first failure (in the given order) is raised once
+    all have ended. One command runs as `_run_compiler` does."""
+    if len(commands) == 1:
+        _run_compiler(commands[0][0], what, source=commands[0][1])
+        return
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for command, _ in commands:
+            procs.append(_start_compiler(command, what))
+        results = [(p, *p.communicate()) for p in procs]
+    except BaseException:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        raise
+    for (command, src), (proc, out, err) in zip(commands, results):
+        _compiler_result(command, what, src, proc.returncode, out, err)
+
+
+def _start_compiler(command: list[str], what: str) -> subprocess.Popen[str]:
+    try:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError as e:
+        raise BuildError(
+            f"{what}: compiler {command[0]!r} not found (set CC/CXX or install gcc and g++)"
+        ) from e
+
+
 def _run_compiler(command: list[str], what: str, *, source: Path) -> None:
     """Run a compiler. On failure, raise BuildError whose first line names the step, a copy of the source kept
     in the cache (`_keep_failed_source`; the build folder itself is always removed) and the compiler's first
     error; the command and the compiler's output follow on the next lines. A compiler stopped by SIGINT (Ctrl-C
     reaches the whole foreground process group) raises KeyboardInterrupt."""
+    proc = _start_compiler(command, what)
     try:
-        result = subprocess.run(command, capture_output=True, text=True)
-    except FileNotFoundError as e:
-        raise BuildError(
-            f"{what}: compiler {command[0]!r} not found (set CC/CXX or install gcc and g++)"
-        ) from e
-    if result.returncode == -signal.SIGINT:
+        out, err = proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    _compiler_result(command, what, source, proc.returncode, out, err)
+
+
+def _compiler_result(command: list[str], what: str, source: Path, returncode: int, stdout: str,
+                     stderr: str) -> None:
+    """Raise for a compiler that failed (see `_run_compiler`)."""
+    if returncode == -signal.SIGINT:
         raise KeyboardInterrupt
-    if result.returncode != 0:
-        output = result.stderr or result.stdout
+    if returncode != 0:
+        output = stderr or stdout
         first = next((ln.strip() for ln in output.splitlines() if "error" in ln), None) or (
-            output.strip().splitlines() or [f"exit status {result.returncode}"])[0]
+            output.strip().splitlines() or [f"exit status {returncode}"])[0]
         raise BuildError(
             f"{what} failed (source: {_keep_failed_source(source)}): {first}\n$ {' '.join(command)}\n"
             f"{_first_lines(output)}"

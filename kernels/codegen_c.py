@@ -624,14 +624,58 @@ def node_list(nodes: Sequence[str]) -> str:
     return shown + (f", ... {len(nodes) - 8} more" if len(nodes) > 8 else "")
 
 
-def generate(specs: Sequence[KernelSpec], model_name: str) -> str:
+@dataclass(frozen=True)
+class CSource:
+    """A model's generated C: the prelude every translation unit starts with, each kernel's source, and the tail
+    (the kernel table, then what was appended: the CUDA host code). `text` is the one translation unit it is
+    (what --dump-dir writes); `units(n)` splits it into up to n + 1 for a parallel build. Kernel entries are
+    extern (hidden), so the table in the tail's unit reaches the kernels of the others."""
+
+    prelude: str
+    kernels: tuple[str, ...]
+    tail: str
+
+    @property
+    def text(self) -> str:
+        return self.prelude + "".join(self.kernels) + self.tail
+
+    def __len__(self) -> int:
+        return len(self.prelude) + sum(len(k) for k in self.kernels) + len(self.tail)
+
+    def append(self, more: str) -> CSource:
+        """This source with `more` after its tail (in the tail's unit)."""
+        return CSource(self.prelude, self.kernels, self.tail + more)
+
+    def units(self, n: int) -> list[str]:
+        """The tail's unit, then up to `n` units of kernels of about equal size (kernels kept in their order
+        within a unit); one unit when n <= 1 or there are fewer than two kernels."""
+        if n <= 1 or len(self.kernels) < 2:
+            return [self.text]
+        n = min(n, len(self.kernels))
+        load = [0] * n
+        members: list[list[int]] = [[] for _ in range(n)]
+        for k in sorted(range(len(self.kernels)), key=lambda k: -len(self.kernels[k])):
+            u = load.index(min(load))
+            load[u] += len(self.kernels[k])
+            members[u].append(k)
+        return [self.prelude + self.tail] + [self.prelude + "".join(self.kernels[k] for k in sorted(m))
+                                             for m in members]
+
+
+def generate_source(specs: Sequence[KernelSpec], model_name: str) -> CSource:
     """The C source of every kernel of one model, with the kernel table the runtime looks names up in."""
-    parts = [_template("prelude.c").substitute(model=encode(model_name), helpers=_helpers())]
-    parts.extend(_kernel_source(s) for s in specs)
+    prelude = _template("prelude.c").substitute(model=encode(model_name), helpers=_helpers())
+    kernels = tuple(_kernel_source(s) for s in specs)
     table = ", ".join(f"&{s.name}_entry" for s in specs) or "0"
-    parts.append(f"\nconst evo_kernel *const evo_kernel_table[] = {{{table}}};\n"
-                 f"const int32_t evo_kernel_count = {len(specs)};\n"
-                 f"const char evo_library_model[] = \"{encode(model_name)}\";\n")
-    source = "".join(parts)
-    lint(source, f"kernels of {encode(model_name)}")
+    tail = ("\n" + "".join(f"extern const evo_kernel {s.name}_entry;\n" for s in specs)
+            + f"const evo_kernel *const evo_kernel_table[] = {{{table}}};\n"
+            f"const int32_t evo_kernel_count = {len(specs)};\n"
+            f"const char evo_library_model[] = \"{encode(model_name)}\";\n")
+    source = CSource(prelude, kernels, tail)
+    lint(source.text, f"kernels of {encode(model_name)}")
     return source
+
+
+def generate(specs: Sequence[KernelSpec], model_name: str) -> str:
+    """`generate_source` as one translation unit."""
+    return generate_source(specs, model_name).text

@@ -42,7 +42,7 @@ extern const evo_cuda_kernel ${kernel}_cuda;
 #else
 #define ${kernel}_CUDA NULL
 #endif
-static const evo_kernel ${kernel}_entry = {
+const evo_kernel ${kernel}_entry = {
     "$kernel", $n_in, $n_out, ${kernel}_in_types, ${kernel}_in_ranks, ${kernel}_out_types, ${kernel}_out_ranks,
     ${kernel}_infer, ${kernel}_compute, ${kernel}_CUDA, "$fingerprint",
 };

@@ -197,3 +197,38 @@ def test_c_host_reports_an_unknown_kernel(kernel_library: Path, ort_headers: Pat
     )
     assert result.returncode == 1
     assert "has no kernel 'k_gone'" in result.stderr
+
+
+@pytest.mark.compiler
+def test_large_sources_build_as_parallel_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two kernels (a MatMul, left to onnxruntime, between them), built as the tail's unit plus one unit per kernel
+    # at once: the table must reach the kernels of the other units, and the model must still match onnxruntime.
+    from onnx import TensorProto, helper, numpy_helper
+
+    import evonnx
+
+    monkeypatch.setattr(build, "PARALLEL_BUILD_CHARS", 0)
+    monkeypatch.setenv("EVONNX_BUILD_JOBS", "3")
+    units: list[int] = []
+    real = build._run_compilers
+
+    def counting(commands: list[tuple[list[str], Path]], what: str) -> None:
+        units.append(len(commands))
+        real(commands, what)
+
+    monkeypatch.setattr(build, "_run_compilers", counting)
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
+         helper.make_node("MatMul", ["b", "w"], ["m"]), helper.make_node("Abs", ["m"], ["c"]),
+         helper.make_node("Sigmoid", ["c"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", f, ["N", 8])], [helper.make_tensor_value_info("y", f, ["N", 8])],
+        [numpy_helper.from_array(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8), "w")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")  # checks against onnxruntime on the original
+    assert len(result.kernels) == 2 and units == [3]
+    sess = evonnx.load_session(tmp_path / "m.opt.onnx")
+    x = np.linspace(-2, 2, 40, dtype=np.float32).reshape(5, 8)
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5)
