@@ -20,7 +20,7 @@ from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import VALUE_INPUTS, Value, lower_node
-from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec, SizeCheck
+from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec, Rejection, SizeCheck
 
 
 def _group_inputs(nodes: Sequence[gs.Node], an: Analysis) -> list[str]:
@@ -168,3 +168,49 @@ def lower_groups(g: gs.Graph, plan: FusionPlan, an: Analysis) -> tuple[list[Kern
     needed = needed_tensors(g, plan, an)
     specs = [s for grp in plan.groups if (s := lower_group(g, grp, an, needed)) is not None]
     return specs, needed
+
+
+def kernels_on_cycle(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
+    """The kernels on one cycle of the rewritten graph (each kernel one node reading all its inputs, the
+    shape-only ones that `_bind_symbols` adds included), or [] when it is acyclic. The planner's cycle checks
+    see data edges only: a kernel that reads the dims of a tensor onnxruntime computes from the kernel's own
+    outputs (a size symbol born at a node onnxruntime runs) closes a cycle they do not see."""
+    fused = {n for s in specs for n in s.source_nodes}
+    units: list[tuple[str, list[str], list[str]]] = [
+        (f"kernel {s.name}", [i.name for i in s.inputs], [o.name for o in s.outputs]) for s in specs]
+    units += [(f"node {n.name}", [t.name for t in n.inputs if t.name], [t.name for t in n.outputs])
+              for n in g.nodes if n.name not in fused]
+    producer = {t: k for k, (_, _, outs) in enumerate(units) for t in outs}
+    succ: list[list[int]] = [[] for _ in units]
+    for k, (_, ins, _) in enumerate(units):
+        for t in dict.fromkeys(ins):
+            if t in producer:
+                succ[producer[t]].append(k)
+    state = [0] * len(units)  # 0 unseen, 1 on the DFS path, 2 done
+    for root in range(len(units)):
+        if state[root]:
+            continue
+        path, stack = [root], [iter(succ[root])]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                cycle = path[path.index(nxt):]
+                return [units[k][0].removeprefix("kernel ") for k in cycle if units[k][0].startswith("kernel ")]
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(succ[nxt]))
+    return []
+
+
+def without_groups(plan: FusionPlan, g: gs.Graph, names: Sequence[str], reason: str) -> FusionPlan:
+    """`plan` with the groups `names` left to onnxruntime, each of their nodes rejected for `reason`."""
+    ops = {n.name: n.op for n in g.nodes}
+    gone = [grp for grp in plan.groups if grp.name in names]
+    return replace(plan, groups=tuple(grp for grp in plan.groups if grp.name not in names),
+                   rejected=plan.rejected + tuple(Rejection(n, ops.get(n, ""), reason) for grp in gone
+                                                  for n in grp.nodes))
