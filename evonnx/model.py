@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -14,8 +15,43 @@ from evonnx.errors import InvalidModelError
 
 log = logging.getLogger(__name__)
 
-OPSET_MIN, OPSET_MAX = 13, 21
+OPSET_MIN = 13
+# The op definitions evonnx implements, reviewed up to this opset: from 22 to 26 the ops it lowers changed only
+# their element types (bfloat16, float8, int4, float4, int2 added), and Cast-24's `round_mode` rounds only to
+# float8e8m0, a type evonnx never fuses. A node whose definition at the model's opset is newer (Range-27, Mod-28,
+# ReduceLogSum-28, Cast-28...) is left to onnxruntime (passes/analyze.py), never guessed.
+REVIEWED_OPSET = 26
 DOMAIN = "ai.evonnx"
+
+
+@functools.cache
+def opset_max() -> int:
+    """The newest default-domain opset the installed onnxruntime loads, asked of it: a one-node model at each
+    opset the onnx package knows, newest first (onnxruntime refuses an opset newer than its own)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    for opset in range(onnx.defs.onnx_opset_version(), OPSET_MIN, -1):
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)],
+                                       ir_version=min(ir_version_for(opset), onnx.IR_VERSION))
+        try:
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        except Exception:  # noqa: BLE001 - onnxruntime raises several types; any refusal means "not this opset"
+            continue
+        return opset
+    return OPSET_MIN
+
+
+def ir_version_for(opset: int) -> int:
+    """The oldest IR version that can carry `opset` of the default domain, and at least 8."""
+    try:
+        return max(8, onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)]))
+    except (ValueError, KeyError):  # an opset newer than the onnx package knows
+        return onnx.IR_VERSION
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -57,9 +93,12 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     except (onnx.checker.ValidationError, ValueError) as e:
         raise InvalidModelError(f"{p}: fails the ONNX checker: {_first_line(e)}") from e
     opset = default_opset(model)
-    if not OPSET_MIN <= opset <= OPSET_MAX:
-        raise InvalidModelError(f"{p}: opset {opset} is outside the supported range {OPSET_MIN} to {OPSET_MAX} "
-                                f"(convert it with onnx.version_converter)")
+    if not OPSET_MIN <= opset <= opset_max():
+        import onnxruntime as ort
+
+        raise InvalidModelError(f"{p}: opset {opset} is outside the range evonnx optimizes, {OPSET_MIN} to "
+                                f"{opset_max()} (the newest the installed onnxruntime {ort.__version__} runs); "
+                                f"convert it with onnx.version_converter")
     for n in model.graph.node:
         if n.domain == DOMAIN:
             raise InvalidModelError(f"{p}: already optimized by evonnx (node '{n.name}' is in domain {DOMAIN}); "

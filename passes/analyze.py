@@ -8,6 +8,7 @@ left to onnxruntime. The graph is not modified.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -20,6 +21,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
 from evonnx.index import Poly, sym
+from evonnx.model import REVIEWED_OPSET, ir_version_for
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import LOWER, Derived, Known, lower_node
@@ -142,7 +144,8 @@ def _run_const_node(node: gs.Node, arrays: list[np.ndarray | None], opset: int) 
         attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, (gs.Graph, gs.Tensor))}
         n = onnx.helper.make_node(node.op, names, [o.name for o in outs], domain=node.domain or "", **attrs)
         g = onnx.helper.make_graph([n], "fold", inputs, outs)
-        m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
+        m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", opset)],
+                                   ir_version=ir_version_for(opset))
         feed = {f"i{k}": a for k, a in enumerate(arrays) if a is not None}
         if _too_big_to_fold(m, feed):
             log.debug("not folding %s: its output would have more than %d elements", node.name, MAX_FOLD)
@@ -201,7 +204,7 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
             an.lowered[node.name] = Reject("Constant (folded into its consumers)")
             return
     with L.collect_checks() as found:
-        result = _lower_standalone(node, an)
+        result = _lower_standalone(node, an) if (newer := _newer_definition(node, opset)) is None else newer
     an.lowered[node.name] = result
     if isinstance(result, list):
         load_free = all(an.tensors[t.name].value is not None for t in node.inputs if t.name)
@@ -278,6 +281,25 @@ def _checks_of(node: gs.Node, an: Analysis, found: list[SizeCheck]) -> tuple[Siz
     for c in found:
         out.setdefault((c.kind, c.lhs, c.rhs, c.unless), replace(c, why=f"{c.why} in node '{node.name}'"))
     return tuple(out.values())
+
+
+@functools.cache
+def _since_version(op: str, opset: int) -> int | None:
+    try:
+        return int(onnx.defs.get_schema(op, opset, "").since_version)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _newer_definition(node: gs.Node, opset: int) -> Reject | None:
+    """A Reject for a node whose definition at the model's opset is newer than those evonnx implements."""
+    if node.domain not in (None, "", "ai.onnx") or node.op not in LOWER:
+        return None
+    since = _since_version(node.op, opset)
+    if since is not None and since > REVIEWED_OPSET:
+        return Reject(f"{node.op}-{since} (the definition at opset {opset}) is newer than those evonnx implements "
+                      f"(up to opset {REVIEWED_OPSET})")
+    return None
 
 
 def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:

@@ -1,4 +1,4 @@
-"""ONNX op semantics (opsets 13 to 21) as lazy element functions.
+"""ONNX op semantics (opsets 13 to 26, see evonnx.model.REVIEWED_OPSET) as lazy element functions.
 
 `lower_node(op, attrs, args, vals, out_count)` returns one `Lazy` per output, or raises `Reject` with the
 reason evonnx leaves the node to onnxruntime. `args[k]` is the lazy of input k (None when omitted); `vals[k]` is

@@ -2,9 +2,9 @@
 
 `onnx.backend.test.case.node.collect_testcases("")` builds every case in-process (model, inputs, expected
 outputs). A case is used when every op is one evonnx lowers and every tensor type is one it supports. Cases at
-opsets outside 13..21 (most view ops exist only at 22..28, whose definitions added element types) are relabelled
-to opset 21 when they pass the checker there, and count only when onnxruntime still reproduces the expected
-outputs on the relabelled model. The harness then
+opsets newer than the installed onnxruntime runs (`evonnx.model.opset_max`, 26 for onnxruntime 1.31; the onnx
+package writes up to 28) are relabelled to that opset when they pass the checker there, and count only when
+onnxruntime still reproduces the expected outputs on the relabelled model. The harness then
 - freezes the plan-time inputs (Reshape's shape, Slice's starts, Gather's indices, ...) to the case's values,
   as real models have them, so that the op can be fused at all;
 - gives every graph output a fusible neighbour that keeps the value exactly (`Add(y, 0)`, `Or(y, false)`
@@ -34,12 +34,13 @@ from onnx import helper, numpy_helper
 
 import evonnx
 from evonnx.errors import VerificationError
+from evonnx.model import OPSET_MIN, ir_version_for, opset_max
 from evonnx.passes.lower_ops import LOWER, VALUE_INPUTS
 
 pytestmark = pytest.mark.compiler
 
-OPSET_RANGE = range(13, 22)
-RELABEL_OPSET = 21
+OPSET_RANGE = range(OPSET_MIN, opset_max() + 1)
+RELABEL_OPSET = opset_max()
 SUPPORTED_TYPES = {
     onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
     onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
@@ -72,7 +73,8 @@ def _relabelled(model: onnx.ModelProto) -> onnx.ModelProto | None:
     for o in out.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = RELABEL_OPSET
-    out.ir_version = min(out.ir_version, 10) if _opset(model) > RELABEL_OPSET else max(out.ir_version, 7)
+    out.ir_version = min(out.ir_version, ir_version_for(RELABEL_OPSET)) if _opset(model) > RELABEL_OPSET \
+        else max(out.ir_version, 7)
     try:
         onnx.checker.check_model(out, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
@@ -105,7 +107,8 @@ def _why_not_applicable(case: object) -> str | None:
         if t not in SUPPORTED_TYPES:
             return f"'{vi.name}' has element type {onnx.TensorProto.DataType.Name(t)}"
     if _opset(model) not in OPSET_RANGE and _relabelled(model) is None:
-        return f"opset {_opset(model)} is outside 13..21 and the model is not valid at opset {RELABEL_OPSET}"
+        return (f"opset {_opset(model)} is outside {OPSET_MIN}..{opset_max()} and the model is not valid at opset "
+                f"{RELABEL_OPSET}")
     if any(n.domain not in ("", "ai.onnx") for n in g.node):
         return "a node outside the default domain"
     return None

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from evonnx.cli import main
+from evonnx.model import opset_max
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_MODEL = ROOT / "models" / "gen_base_anchors.onnx"  # 39 nodes, static shapes
@@ -69,8 +70,9 @@ def _opset11(d: Path) -> tuple[Path, str]:
     return _write(d / "opset11.onnx", _model(opset=11)), "opset 11"
 
 
-def _opset22(d: Path) -> tuple[Path, str]:
-    return _write(d / "opset22.onnx", _model(opset=22)), "opset 22"
+def _opset_too_new(d: Path) -> tuple[Path, str]:
+    newer = opset_max() + 1  # one the installed onnxruntime does not run
+    return _write(d / f"opset{newer}.onnx", _model(opset=newer)), f"opset {newer} is outside"
 
 
 def _already_optimized(d: Path) -> tuple[Path, str]:
@@ -103,7 +105,7 @@ def _external_data_outside(d: Path) -> tuple[Path, str]:
     return _write(d / "external.onnx", model), "must not leave the model's folder"
 
 
-BAD_INPUTS = [_missing, _truncated, _random_bytes, _undefined_input, _opset11, _opset22, _already_optimized,
+BAD_INPUTS = [_missing, _truncated, _random_bytes, _undefined_input, _opset11, _opset_too_new, _already_optimized,
               _not_a_file, _negative_dim, _external_data_outside]
 
 
