@@ -105,6 +105,9 @@ def main(verbose: int) -> None:
 @click.option("--dim", "dims", multiple=True, metavar="SYM=N", help="Size of a symbolic input dim for the check.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..",
               help="Shape of an input for the check.")
+@click.option("--inputs", "inputs", type=click.Path(path_type=Path), metavar="FILE.npz|DIR",
+              help="Input sets the check runs too: an .npz by input name, or a folder of .npz files or of ONNX "
+                   "test data (input_N.pb).")
 @click.option("--dump-dir", type=click.Path(path_type=Path), help="Write the plan, kernels and graph here.")
 @click.option("--ort-headers", type=click.Path(path_type=Path), help="Folder with onnxruntime's C API headers.")
 @click.option("--cflag", "cflags", multiple=True, help="Extra C compiler flag for the kernels (e.g. -march=native).")
@@ -118,7 +121,7 @@ def main(verbose: int) -> None:
               help="CUDA architectures for the CUBINs (PTX for the newest is added).")
 @_one_line_failures
 def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, ...], input_shapes: tuple[str, ...],
-             dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...], planner: str,
+             inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...], planner: str,
              report: Path | None, target: str | None, cuda_archs: str) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
@@ -130,7 +133,8 @@ def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, 
 
         target = "both" if cuda_device_count() > 0 else "cpu"
     result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
-                 sizes=sizes or None, shapes=shapes or None, planner=planner, report=report, target=target,
+                 sizes=sizes or None, shapes=shapes or None, inputs=inputs, planner=planner, report=report,
+                 target=target,
                  cuda_archs=[a for a in cuda_archs.split(",") if a])
     click.echo(result.summary())
 

@@ -14,13 +14,19 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
 from evonnx.errors import InvalidModelError, UsageError
+from evonnx.index import Poly, Sym
+from evonnx.inputs import load_user_inputs
 from evonnx.model import DOMAIN, load_model
 from evonnx.records import FusionPlan, KernelSpec
 from evonnx.verify import CheckResult, check_models, check_sizes
+
+if TYPE_CHECKING:
+    from evonnx.passes.pipeline import PipelineResult
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +92,10 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
              dump_dir: str | Path | None = None, cflags: Sequence[str] = (), ort_headers: str | Path | None = None,
              sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
              planner: str = "search", report: str | Path | None = None, target: str = "cpu",
-             cuda_archs: Sequence[str] | None = None) -> OptimizeResult:
+             cuda_archs: Sequence[str] | None = None, inputs: str | Path | None = None) -> OptimizeResult:
     """Optimize `src` into `dst` (default `<src>.opt.onnx`) and its kernel library `dst` -> `*.evonnx.so`.
 
+    `inputs` names input sets the check runs besides the ones it synthesizes (`evonnx.inputs.load_user_inputs`).
     `planner` is "search" (cost-model search, the default) or "greedy". `report` names a JSON file for the
     machine-readable report (see README). `target` "cuda" or "both" adds CUDA kernels (needs nvcc) for
     onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless
@@ -117,6 +124,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         raise UsageError(f"planner must be search or greedy, not '{planner}'")
     with _Staging(outputs) as staged:
         original = load_model(src)
+        user_inputs = load_user_inputs(inputs, original) if inputs is not None and check else []
         if check:
             check_sizes(original, sizes, shapes)
         symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
@@ -146,7 +154,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         checked = None
         if check:
             checked = check_models(original, staged.path(dst), staged.path(lib),
-                                   _exact_outputs(out_model, result.specs), sizes=sizes, shapes=shapes)
+                                   _exact_outputs(out_model, result.specs), sizes=sizes, shapes=shapes,
+                                   equal_symbols=_equal_symbols(original, result), user_inputs=user_inputs)
         out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs,
                              result.plan, checked, time.perf_counter() - t0)
         if report is not None:
@@ -155,6 +164,30 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             staged.path(Path(report)).write_text(report_json(out, result, out_model, planner))
         staged.commit()
     return out
+
+
+def _equal_symbols(model: onnx.ModelProto, result: PipelineResult) -> list[tuple[str, str]]:
+    """The input dims the plan's broadcast checks tie together, as the check names them (a dim_param, else
+    `input:axis`): the check sizes them alike and every other dim apart."""
+    keys: dict[str, str] = {}
+    for i in model.graph.input:
+        for axis, d in enumerate(i.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value"):
+                keys[f"{i.name}\0{axis}"] = d.dim_param or f"{i.name}:{axis}"
+
+    def key(p: Poly) -> str | None:
+        atom = p.atom()
+        if not isinstance(atom, Sym):
+            return None
+        origin = result.analysis.sym_origin.get(atom.name)
+        return keys.get(f"{origin[0]}\0{origin[1]}") if origin is not None else None
+
+    pairs = []
+    for spec in result.specs:
+        for c in spec.checks:
+            if c.kind == "bcast" and (a := key(c.lhs)) is not None and (b := key(c.rhs)) is not None and a != b:
+                pairs.append((a, b))
+    return pairs
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -1,14 +1,18 @@
 """The check that guards every write: onnxruntime on the original vs onnxruntime on the optimized model.
 
-Inputs are seeded and non-trivial. Symbolic dims are tried at several sizes (at least two when the model has
-any, so that a frozen sample size cannot pass). Outputs computed only by exact operations must match exactly
-(NaN == NaN, -0.0 == 0.0); others within per-dtype tolerances.
+Inputs are synthesized from what each input's consumers accept (`evonnx.inputs`), in three value regimes, plus
+the user's own (`--inputs`). Symbolic dims get distinct sizes: the symbols the plan ties together (broadcast
+checks) share one, every other class of them its own prime, so a kernel that mixes up two sizes fails; symbols
+onnxruntime itself ties together (its run fails at distinct sizes) are merged until it runs. Runs: small distinct
+sizes, large ones (the biggest input near `LARGE_ELEMENTS`, above the kernels' parallel threshold), all 1 and all
+0 (each kept only where onnxruntime runs the original). Outputs computed only by exact operations must match
+exactly (NaN == NaN, -0.0 == 0.0); others within per-dtype tolerances.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,10 +20,15 @@ import numpy as np
 import onnx
 
 from evonnx.errors import VerificationError
+from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
 
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
-SIZE_CANDIDATES = (3, 5, 64, 256, 1024)
+SIZE_CANDIDATES = (3, 5, 64, 256, 1024)  # all symbols at one size: the fallback when distinct sizes never run
+PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
+# The largest generated input of the large run: above the kernels' parallel threshold (EVO_PAR_MIN element
+# operations per task, kernels/templates/prelude.c) for any kernel reading it.
+LARGE_ELEMENTS = 1 << 18
 # Elements of one generated input: real post-processing inputs have a few million (1x25200x85, 1x3x1333x800);
 # 2**26 float64 draws take 512 MiB. Larger declared sizes are refused rather than allocated.
 MAX_INPUT_ELEMENTS = 1 << 26
@@ -34,11 +43,14 @@ class CheckResult:
     compared: int = 0  # output tensors compared
     exact: int = 0  # of which required to match exactly
     max_rel_err: float = 0.0
+    user_sets: int = 0  # --inputs sets run
+    skipped: list[str] = field(default_factory=list)  # size plans onnxruntime did not run on the original
 
     def __str__(self) -> str:
         distinct = list(dict.fromkeys(",".join(f"{k}={v}" for k, v in r.items()) or "static sizes" for r in self.runs))
+        user = f", {self.user_sets} input sets of yours" if self.user_sets else ""
         return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({'; '.join(distinct)}; "
-                f"{len(REGIMES)} value regimes), {self.exact} exact, max relative error {self.max_rel_err:.2g}")
+                f"{len(REGIMES)} value regimes{user}), {self.exact} exact, max relative error {self.max_rel_err:.2g}")
 
 
 def _symbols(model: onnx.ModelProto) -> list[str]:
@@ -51,36 +63,12 @@ def _symbols(model: onnx.ModelProto) -> list[str]:
     return out
 
 
-# Value regimes each check runs: small values (signs, exp() stays finite), then large ones (image-sized boxes
-# and thresholds, wide integer ranges), so that comparisons and clamps take both branches in one of them.
-REGIMES = ({"float_scale": 2.0, "int_high": 8}, {"float_scale": 400.0, "int_high": 2000})
-
-
 def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
                 shapes: Mapping[str, Sequence[int]] | None = None, regime: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    scale, high = REGIMES[regime]["float_scale"], REGIMES[regime]["int_high"]
+    """`evonnx.inputs.synthesize` at the input shapes `sizes` (per symbol) and `shapes` (per input) give."""
     init = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
-    for i in model.graph.input:
-        if i.name in init:
-            continue
-        tt = i.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        shape = _input_shape(i, sizes, shapes)
-        if np.issubdtype(dtype, np.floating):
-            arr = (rng.standard_normal(shape) * scale).astype(dtype)
-        elif dtype == np.bool_:
-            arr = rng.random(shape) < 0.5
-        elif np.issubdtype(dtype, np.integer):
-            top = min(int(high), int(np.iinfo(dtype).max))
-            arr = rng.integers(0, top, size=tuple(shape)).astype(dtype)
-        else:  # strings: evonnx never fuses them; the check only has to feed something onnxruntime accepts
-            arr = np.array([f"s{v}" for v in rng.integers(0, 1000, size=int(np.prod(shape)))],
-                           dtype=object).reshape(shape)
-        # a rank-0 input is a 0-d array (numpy's scalars are refused by onnxruntime)
-        feeds[i.name] = np.asarray(arr, dtype=dtype)
-    return feeds
+    dims = {i.name: _input_shape(i, sizes, shapes) for i in model.graph.input if i.name not in init}
+    return synthesize(model, dims, seed, REGIMES[regime])
 
 
 def _first_line(e: BaseException) -> str:
@@ -171,10 +159,74 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
         result.max_rel_err = max(result.max_rel_err, float(np.nanmax(np.where(np.abs(ref[finite]) > atol, rel, 0))))
 
 
+def _classes(symbols: Sequence[str], equal: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """The symbols grouped by the equalities `equal` (union-find), in order of first appearance."""
+    parent = {x: x for x in symbols}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in equal:
+        if a in parent and b in parent:
+            parent[root(a)] = root(b)
+    groups: dict[str, list[str]] = {}
+    for x in symbols:
+        groups.setdefault(root(x), []).append(x)
+    return list(groups.values())
+
+
+def _assign(classes: Sequence[Sequence[str]], values: Sequence[int]) -> dict[str, int]:
+    return {x: v for cls, v in zip(classes, values) for x in cls}
+
+
+def _primes_from(start: int, n: int) -> list[int]:
+    out: list[int] = []
+    k = max(start, 2)
+    while len(out) < n:
+        if all(k % p for p in range(2, math.isqrt(k) + 1)):
+            out.append(k)
+        k += 1
+    return out
+
+
+def _largest_input(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
+    init = {t.name for t in model.graph.initializer}
+    out = 0
+    for i in model.graph.input:
+        if i.name in init:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param or f"{i.name}:{k}", 1)
+                 for k, d in enumerate(i.type.tensor_type.shape.dim)]
+        out = max(out, math.prod(shape))
+    return out
+
+
+def _large_plan(model: onnx.ModelProto, classes: Sequence[Sequence[str]], small: Mapping[str, int]
+                ) -> dict[str, int] | None:
+    """Distinct prime sizes, the largest such that no input exceeds LARGE_ELEMENTS; None when that is no larger
+    than the small plan."""
+    lo, hi = 2, 1 << 16
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _largest_input(model, _assign(classes, _primes_from(mid, len(classes)))) <= LARGE_ELEMENTS:
+            lo = mid
+        else:
+            hi = mid - 1
+    plan = _assign(classes, _primes_from(lo, len(classes)))
+    return plan if _largest_input(model, plan) > _largest_input(model, small) else None
+
+
 def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
                  sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
-                 seed: int = 0) -> CheckResult:
-    """Run both models and compare; raises VerificationError on a mismatch or when no input set runs."""
+                 seed: int = 0, equal_symbols: Sequence[tuple[str, str]] = (),
+                 user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]] = ()) -> CheckResult:
+    """Run both models and compare; raises VerificationError on a mismatch or when no input set runs.
+
+    `equal_symbols` are the symbol pairs the plan requires equal (its broadcast checks); `user_inputs` are
+    (label, feeds) sets of `--inputs`, each of which must run on the original."""
     import onnxruntime as ort
 
     check_sizes(original, sizes, shapes)
@@ -193,38 +245,96 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
         opt_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
         raise VerificationError(f"onnxruntime cannot load the optimized model: {_first_line(e)}") from e
-    symbols = _symbols(original)
-    plans: list[dict[str, int]] = []
-    if sizes or shapes or not symbols:
-        plans.append(dict(sizes or {}))
-    wanted = 1 if plans else 2
     result = CheckResult()
-    last_error = ""
-    sized = 0
-    for cand in ([None] if plans else SIZE_CANDIDATES):
-        run_sizes = plans[0] if cand is None else {s: cand for s in symbols}
+    state = {"last_error": ""}
+
+    def run(feeds: Mapping[str, np.ndarray], label: str) -> bool:
+        """Both models on `feeds`; False when the original rejects them."""
+        try:
+            refs = ref_sess.run(None, dict(feeds))
+        except Exception as e:  # noqa: BLE001 - the original rejects these inputs
+            state["last_error"] = _first_line(e)
+            return False
+        try:
+            gots = opt_sess.run(None, dict(feeds))
+        except Exception as e:  # noqa: BLE001
+            raise VerificationError(f"the optimized model fails where the original runs ({label}): "
+                                    f"{_first_line(e)}") from e
+        for out, ref, got in zip(original.graph.output, refs, gots):
+            _compare(out.name, np.asarray(ref), np.asarray(got), out.name in exact_outputs, result)
+        return True
+
+    def run_plan(plan: Mapping[str, int], regimes: Sequence[int] = tuple(range(len(REGIMES)))) -> bool:
         ran = False
-        for regime in range(len(REGIMES)):
-            feeds = make_inputs(original, {**{s: 3 for s in symbols}, **run_sizes}, seed + len(result.runs), shapes,
-                                regime)
+        label = "sizes " + (", ".join(f"{k}={v}" for k, v in plan.items()) or "as declared")
+        for regime in regimes:
             try:
-                refs = ref_sess.run(None, feeds)
-            except Exception as e:  # noqa: BLE001 - the original rejects these inputs: try other ones
-                last_error = _first_line(e)
-                continue
-            try:
-                gots = opt_sess.run(None, feeds)
-            except Exception as e:  # noqa: BLE001
-                raise VerificationError(f"the optimized model fails where the original runs "
-                                        f"(sizes {run_sizes}): {_first_line(e)}") from e
-            for out, ref, got in zip(original.graph.output, refs, gots):
-                _compare(out.name, np.asarray(ref), np.asarray(got), out.name in exact_outputs, result)
-            result.runs.append(run_sizes)
-            ran = True
-        sized += ran
-        if sized >= wanted:
-            break
-    if not result.runs:
+                feeds = make_inputs(original, {**{s: 3 for s in symbols}, **plan}, seed + len(result.runs) + regime,
+                                    shapes, regime)
+            except AmbiguousInputs as e:
+                state["last_error"] = str(e)
+                result.skipped.append(f"{label}: {e}")
+                return False
+            if run(feeds, label):
+                result.runs.append(dict(plan))
+                ran = True
+        return ran
+
+    for label, feeds in user_inputs:
+        if not run(feeds, f"--inputs {label}"):
+            raise VerificationError(f"onnxruntime rejects your inputs {label} on the original model: "
+                                    f"{state['last_error']}")
+        result.user_sets += 1
+    symbols = _symbols(original)
+    if sizes or shapes or not symbols:
+        run_plan(dict(sizes or {}))
+    else:
+        _run_size_plans(original, symbols, equal_symbols, run_plan, result)
+    if not result.runs and not result.user_sets:
         raise VerificationError(f"cannot check: onnxruntime rejects every generated input for the original model "
-                                f"({last_error}); name input sizes with --dim or --input-shape")
+                                f"({state['last_error']}); pass inputs with --inputs, or name sizes with --dim or "
+                                f"--input-shape")
     return result
+
+
+def _run_size_plans(original: onnx.ModelProto, symbols: Sequence[str], equal: Sequence[tuple[str, str]],
+                    run_plan: Callable[..., bool], result: CheckResult) -> None:
+    """The size plans of the module's docstring; at least two distinct sizings must run."""
+    classes = _classes(symbols, equal)
+    small = _assign(classes, PRIMES[: len(classes)] if len(classes) <= len(PRIMES)
+                    else _primes_from(3, len(classes)))
+    while not run_plan(small, (0,)) and len(classes) > 1:
+        # onnxruntime ties some of them together (a broadcast in a node it runs): merge the first pair that runs
+        merged = None
+        for a in range(len(classes)):
+            for b in range(a + 1, len(classes)):
+                trial = [c for k, c in enumerate(classes) if k not in (a, b)] + [classes[a] + classes[b]]
+                plan = _assign(trial, PRIMES[: len(trial)])
+                if run_plan(plan, (0,)):
+                    merged, small = trial, plan
+                    break
+            if merged is not None:
+                break
+        if merged is None:
+            classes = [list(symbols)]
+            small = _assign(classes, (3,))
+            continue
+        classes = merged
+        break
+    sized = 1 if result.runs else 0
+    if sized:
+        run_plan(small, tuple(range(1, len(REGIMES))))
+    large = _large_plan(original, classes, small) if sized else None
+    if large is not None:
+        sized += run_plan(large)
+    for plan, what in ((_assign(classes, [1] * len(classes)), "1"), (_assign(classes, [0] * len(classes)), "0")):
+        if run_plan(plan):
+            sized += 1
+        else:
+            result.skipped.append(f"sizes {what}")
+    if sized >= 2:
+        return
+    for cand in SIZE_CANDIDATES:  # the fallback: every symbol at one size
+        sized += run_plan({s: cand for s in symbols})
+        if sized >= 2:
+            return

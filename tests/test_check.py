@@ -1,0 +1,130 @@
+"""The check (issue 10): inputs synthesized from their consumers, the user's own inputs, distinct sizes per
+symbol, and a proof that it catches a kernel that mixes up two sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import evonnx
+from evonnx.errors import UsageError, VerificationError
+from evonnx.inputs import synthesize
+from evonnx.kernels.build import build_model_library
+from evonnx.verify import check_models
+
+pytestmark = pytest.mark.compiler
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _save(tmp_path: Path, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+          outputs: list[onnx.ValueInfoProto], inits: dict[str, np.ndarray] | None = None, name: str = "m") -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def _vi(name: str, t: int, shape: list) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def test_the_check_catches_a_kernel_that_swaps_two_sizes(tmp_path: Path) -> None:
+    # Transpose [N, H, W] -> [N, W, H], then Sigmoid. The library is rebuilt from evonnx's own kernels with H and
+    # W swapped where the kernel computes (not where it declares its output shape): at H == W nothing changes,
+    # so a check that sizes every symbol alike passes it.
+    src = _save(tmp_path, [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                           helper.make_node("Sigmoid", ["t"], ["y"])],
+                [_vi("x", F, ["N", "H", "W"])], [_vi("y", F, ["N", "W", "H"])])
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump)
+    source = (dump / "kernels.c").read_text()
+    compute = source.index("_compute(const evo_args *a")
+    head, tail = source[:compute], source[compute:]
+    bound = [ln for ln in tail.splitlines() if "= in_dims[0][" in ln][:3]
+    assert len(bound) == 3, tail[:2000]
+    h = next(ln for ln in bound if ln.endswith("in_dims[0][1];"))
+    w = next(ln for ln in bound if ln.endswith("in_dims[0][2];"))
+    swapped = tail.replace(h, h.replace("[0][1]", "[0][@]"), 1).replace(w, w.replace("[0][2]", "[0][1]"), 1)
+    wrong = tmp_path / "wrong.so"
+    build_model_library(head + swapped.replace("[0][@]", "[0][2]"), wrong, model_name="wrong")
+    original = onnx.load(str(src))
+    with pytest.raises(VerificationError, match="differs beyond tolerance"):
+        check_models(original, tmp_path / "m.opt.onnx", wrong, set())
+    check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())  # the real one passes
+
+
+def test_sizes_are_distinct_except_where_the_plan_ties_them(tmp_path: Path) -> None:
+    src = _save(tmp_path, [helper.make_node("Add", ["x", "y"], ["a"]), helper.make_node("Sigmoid", ["a"], ["s"]),
+                           helper.make_node("Transpose", ["s"], ["z"], perm=[1, 0])],
+                [_vi("x", F, ["N", "H"]), _vi("y", F, ["M", None])], [_vi("z", F, [None, None])])
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert result.check is not None
+    runs = result.check.runs
+    assert all(r["N"] == r["M"] and r["H"] == r["y:1"] for r in runs)  # tied by the Add's broadcast
+    assert any(r["N"] != r["H"] for r in runs)
+    assert any(r["N"] == 0 for r in runs) and any(r["N"] == 1 for r in runs)
+    assert max(r["N"] * r["H"] for r in runs) > 65536  # above the kernels' parallel threshold
+
+
+def test_integer_inputs_get_values_their_consumers_accept(tmp_path: Path) -> None:
+    # indices, Slice bounds/axes/steps and a Reshape shape, all graph inputs, as real post-processing has them
+    nodes = [
+        helper.make_node("Neg", ["x"], ["nx"]),
+        helper.make_node("Gather", ["nx", "keep"], ["g"], axis=0),
+        helper.make_node("Slice", ["g", "starts", "ends", "axes", "steps"], ["s"]),
+        helper.make_node("Abs", ["s"], ["y"]),
+        helper.make_node("ScatterND", ["nx", "rows", "upd"], ["sc"]),
+        helper.make_node("Sigmoid", ["sc"], ["z"]),
+        helper.make_node("Reshape", ["nx", "shape"], ["r"]),
+        helper.make_node("Exp", ["r"], ["w"]),
+    ]
+    src = _save(tmp_path, nodes, [_vi("x", F, ["N", 6]), _vi("keep", I64, ["K"]), _vi("starts", I64, [1]),
+                                  _vi("ends", I64, [1]), _vi("axes", I64, [1]), _vi("steps", I64, [1]),
+                                  _vi("rows", I64, ["R", 1]), _vi("upd", F, ["R", 6]), _vi("shape", I64, [2])],
+                [_vi("y", F, [None, None]), _vi("z", F, ["N", 6]), _vi("w", F, [None, None])])
+    model = onnx.load(str(src))
+    feeds = synthesize(model, {"x": [7, 6], "keep": [5], "starts": [1], "ends": [1], "axes": [1], "steps": [1],
+                               "rows": [4, 1], "upd": [4, 6], "shape": [2]}, seed=1)
+    assert feeds["keep"].min() >= -7 and feeds["keep"].max() < 7
+    assert feeds["axes"][0] in (0, 1) and feeds["steps"][0] != 0
+    assert sorted(set(feeds["rows"].ravel().tolist())) == sorted(feeds["rows"].ravel().tolist())  # no duplicates
+    assert feeds["shape"].tolist() == [7, 6]
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert result.check is not None and result.check.compared > 0
+
+
+def test_user_inputs_npz_and_test_data_folders(tmp_path: Path) -> None:
+    src = _save(tmp_path, [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Mul", ["a", "s"], ["y"])],
+                [_vi("x", F, ["N", 4]), _vi("s", F, [])], [_vi("y", F, ["N", 4])])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.savez(tmp_path / "one.npz", x=x, s=np.array(2.0, np.float32))
+    result = evonnx.optimize(src, tmp_path / "a.opt.onnx", inputs=tmp_path / "one.npz")
+    assert result.check is not None and result.check.user_sets == 1
+    data = tmp_path / "data" / "test_data_set_0"
+    data.mkdir(parents=True)
+    for k, arr in enumerate((x, np.array(0.5, np.float32))):
+        (data / f"input_{k}.pb").write_bytes(numpy_helper.from_array(arr).SerializeToString())
+    result = evonnx.optimize(src, tmp_path / "b.opt.onnx", inputs=tmp_path / "data")
+    assert result.check is not None and result.check.user_sets == 1
+    np.savez(tmp_path / "bad.npz", x=x, scale=np.array(2.0, np.float32))
+    with pytest.raises(UsageError, match="no model input named 'scale'.*missing 's'"):
+        evonnx.optimize(src, tmp_path / "c.opt.onnx", inputs=tmp_path / "bad.npz")
+    assert not (tmp_path / "c.opt.onnx").exists()
+    np.savez(tmp_path / "rejected.npz", x=np.zeros((3, 5), np.float32), s=np.array(2.0, np.float32))
+    with pytest.raises(VerificationError, match="rejects your inputs rejected.npz"):
+        evonnx.optimize(src, tmp_path / "d.opt.onnx", inputs=tmp_path / "rejected.npz")
+
+
+def test_a_string_input_is_left_to_onnxruntime(tmp_path: Path) -> None:
+    src = _save(tmp_path, [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Abs", ["a"], ["y"]),
+                           helper.make_node("Identity", ["s"], ["t"])],
+                [_vi("x", F, ["N"]), _vi("s", TensorProto.STRING, ["N"])],
+                [_vi("y", F, ["N"]), _vi("t", TensorProto.STRING, ["N"])])
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert len(result.kernels) == 1 and result.check is not None
