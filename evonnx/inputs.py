@@ -181,9 +181,19 @@ def _int_values(n: onnx.NodeProto, k: int, shape: Sequence[int], dtype: np.dtype
         return rng.integers(-d - 1, d + 2, size=shape).astype(dtype)
     if op in ("Reshape", "Expand"):
         own = shapes.shape(data)
-        if own is not None and len(own) == count:
-            return np.array(own, dtype).reshape(shape)
-        return None
+        if own is None or len(shape) > 1:
+            return None
+        if op == "Expand":  # the data's dims right-aligned, small new leading ones
+            lead = rng.integers(1, 4, size=max(count - len(own), 0)).tolist()
+            target = lead + own[len(own) - min(count, len(own)):]
+        elif count == 0:
+            return None
+        elif count >= len(own):  # the data's dims after leading 1s
+            target = [1] * (count - len(own)) + own
+        else:  # the leading dims merged
+            cut = len(own) - count + 1
+            target = [int(np.prod(own[:cut]))] + own[cut:]
+        return np.array(target, dtype).reshape(shape)
     if op == "Tile":
         return rng.integers(1, 3, size=shape).astype(dtype)
     if op == "ConstantOfShape":
