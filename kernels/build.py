@@ -439,7 +439,7 @@ def _partial_name(target: Path) -> Path:
 
 # A model's kernels are compiled as one translation unit per core above this size (the prelude, about 10 k
 # characters, is compiled again in each): gcc takes about 25 s per megabyte of generated kernels at -O3.
-PARALLEL_BUILD_CHARS = 200_000
+PARALLEL_BUILD_CHARS = 64_000
 
 
 def build_jobs() -> int:
