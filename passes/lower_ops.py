@@ -718,7 +718,11 @@ def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: Wri
         if isinstance(cond, Const) and not cond.value:
             return old
         new = upd_at(upd_idx)
-        if reduction != "none":
+        if reduction in ("max", "min"):
+            # onnxruntime's ScatterND/ScatterElements take std::max(update, data): a NaN update wins, a NaN
+            # data element is replaced (evo_max(a, b) is `a < b ? b : a`, std::max's order)
+            new = E.binary(_REDUCE[reduction], new, old)
+        elif reduction != "none":
             new = E.binary(_REDUCE[reduction], old, new)
         return L.guarded(cond, new, old)
 

@@ -120,3 +120,24 @@ def _reduce_model(op: str, start: int, keep: int) -> object:
 @pytest.mark.parametrize("start", [0, 64])
 def test_reduce_extremes_with_nan(op: str, keep: int, start: int, tmp_path: Path) -> None:
     _check_grid(_reduce_model(op, start, keep), [{"N": 1}, {"N": 3}], tmp_path)
+
+
+def _scatter_model(op: str, reduction: str) -> object:
+    # data and updates meet every pair of special values: ScatterElements along a row of G*G elements, ScatterND
+    # over G*G rows of one element; constant indices writing each element once, so the scatter is fused
+    n = G * G
+    if op == "ScatterElements":
+        shape, indices, attrs = [1, n], np.arange(n, dtype=np.int64).reshape(1, n), {"axis": 1}
+    else:
+        shape, indices, attrs = [n, 1], np.arange(n, dtype=np.int64).reshape(n, 1), {}
+    nodes = [node("Neg", ["x0"], ["d"]), node("Neg", ["x1"], ["u"]),
+             node(op, ["d", "i", "u"], ["r"], reduction=reduction, **attrs), node("Add", ["r", "r"], ["y"])]
+    return make_model(nodes, [("x0", F, shape), ("x1", F, shape)], [("y", F, 2)], {"i": indices})
+
+
+# onnxruntime's scatter reductions compute std::max(update, data) / std::min(update, data): a NaN update wins and a
+# NaN data element is replaced (the spec says nothing about NaN)
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_reductions_with_special_values(op: str, reduction: str, tmp_path: Path) -> None:
+    _check_grid(_scatter_model(op, reduction), [{}], tmp_path)
