@@ -128,3 +128,31 @@ def test_a_string_input_is_left_to_onnxruntime(tmp_path: Path) -> None:
                 [_vi("y", F, ["N"]), _vi("t", TensorProto.STRING, ["N"])])
     result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
     assert len(result.kernels) == 1 and result.check is not None
+
+
+def test_decisions_flipped_at_their_threshold_are_told_apart_from_wrong_ones(tmp_path: Path) -> None:
+    # Greater(Sigmoid(x), t): where t is onnxruntime's own sigmoid of x, a last-bit difference in evonnx's exp
+    # decides the other way; a difference where the operands are far apart is a real mismatch.
+    import onnxruntime as ort
+
+    from evonnx.verify import CheckResult, _flips_at_thresholds
+
+    path = _save(tmp_path, [helper.make_node("Sigmoid", ["x"], ["s"]),
+                            helper.make_node("Greater", ["s", "t"], ["y"]),
+                            helper.make_node("Cast", ["s"], ["k"], to=TensorProto.INT64)],
+                 [_vi("x", F, [4]), _vi("t", F, [4])], [_vi("y", TensorProto.BOOL, [4]), _vi("k", I64, [4])])
+    model = onnx.load(str(path))
+    x = np.array([0.3, -1.0, 2.0, 0.0], np.float32)
+    alone = _save(tmp_path, [helper.make_node("Sigmoid", ["x"], ["s"])], [_vi("x", F, [4])], [_vi("s", F, [4])],
+                  name="sigmoid")
+    sig = ort.InferenceSession(str(alone), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    t = sig.copy()
+    t[1] = 0.9  # far from sigmoid(-1)
+    feeds = {"x": x, "t": t}
+    ref = np.array([False, False, sig[2] > t[2], False])
+    result = CheckResult()
+    assert _flips_at_thresholds(model, "y", feeds, ref, np.array([True, False, ref[2], False]), result)
+    assert result.flips == 1
+    assert not _flips_at_thresholds(model, "y", feeds, ref, np.array([False, True, ref[2], False]), result)
+    # Cast to int64 of sigmoid: 0 everywhere; 1 would need a value within rounding of 1.0, which none is
+    assert not _flips_at_thresholds(model, "k", feeds, np.zeros(4, np.int64), np.array([0, 0, 1, 0]), result)
