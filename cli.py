@@ -121,8 +121,8 @@ def main(verbose: int) -> None:
               help="CUDA architectures for the CUBINs (PTX for the newest is added).")
 @_one_line_failures
 def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, ...], input_shapes: tuple[str, ...],
-             inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...], planner: str,
-             report: Path | None, target: str | None, cuda_archs: str) -> None:
+             inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...],
+             planner: str, report: Path | None, target: str | None, cuda_archs: str) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
 

@@ -98,7 +98,7 @@ def make_input(rng: np.random.Generator, hint: Mapping[str, Any], shape: Sequenc
         arr = rng.standard_normal(shape)
     else:
         raise ValueError(f"unknown input hint kind {kind!r}")
-    out = np.ascontiguousarray(arr.astype(np.dtype(dtype)))
+    out = np.array(arr, dtype=np.dtype(dtype), order="C")  # ascontiguousarray would make a 0-d array 1-d
     if out.shape != shape:
         raise ValueError(f"{kind}: built shape {list(out.shape)}, wanted {list(shape)}")
     return out

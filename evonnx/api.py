@@ -21,7 +21,7 @@ import onnx
 from evonnx.errors import InvalidModelError, UsageError
 from evonnx.index import Poly, Sym
 from evonnx.inputs import load_user_inputs
-from evonnx.model import DOMAIN, load_model
+from evonnx.model import DOMAIN, implicit_inputs, load_model, overridable
 from evonnx.records import FusionPlan, KernelSpec
 from evonnx.verify import CheckResult, check_models, check_sizes
 
@@ -82,7 +82,7 @@ def _exact_outputs(model: onnx.ModelProto, specs: Sequence[KernelSpec]) -> set[s
                 continue
             seen.add(n.name)
             tainted = n.domain == DOMAIN and n.name in inexact
-            stack.extend(n.input)
+            stack.extend([*n.input, *implicit_inputs(n)])
         if not tainted:
             out.add(g_out.name)
     return out
@@ -130,6 +130,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
         result = run_pipeline(original, planner=planner, sizes=symbol_sizes)
         out_model = gs.export_onnx(result.optimized)
+        _restore_defaults(original, out_model)
         out_model.ir_version = original.ir_version
         del out_model.opset_import[:]
         out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
@@ -164,6 +165,17 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             staged.path(Path(report)).write_text(report_json(out, result, out_model, planner))
         staged.commit()
     return out
+
+
+def _restore_defaults(original: onnx.ModelProto, out_model: onnx.ModelProto) -> None:
+    """The default values of the overridable inputs (`pipeline.overridable`) that the optimized graph still reads:
+    evonnx planned them as run-time inputs, and a Run that does not feed them must still see the defaults."""
+    inputs = {i.name for i in out_model.graph.input}
+    have = {t.name for t in out_model.graph.initializer}
+    by_name = {t.name: t for t in original.graph.initializer}
+    for name in overridable(original):
+        if name in inputs and name not in have:
+            out_model.graph.initializer.append(by_name[name])
 
 
 def _equal_symbols(model: onnx.ModelProto, result: PipelineResult) -> list[tuple[str, str]]:

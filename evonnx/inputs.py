@@ -27,6 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from evonnx.errors import UsageError
+from evonnx.model import overridable
 
 # Float value regimes (`_float_values`).
 REGIMES = ("small", "image", "wide")
@@ -225,14 +226,13 @@ def _int_values(n: onnx.NodeProto, k: int, shape: Sequence[int], dtype: np.dtype
 
 def synthesize(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], seed: int,
                regime: str = "small") -> dict[str, np.ndarray]:
-    """One input set: every graph input that is not an initializer, at `shapes`, values as the module says."""
+    """One input set: every graph input named in `shapes`, at its shape there, values as the module says."""
     rng = np.random.default_rng(seed)
-    init = {t.name for t in model.graph.initializer}
     consumers = _consumers(model)
     dims: _Shapes | None = None
     feeds: dict[str, np.ndarray] = {}
     for i in model.graph.input:
-        if i.name in init:
+        if i.name not in shapes:
             continue
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
         shape = [int(d) for d in shapes[i.name]]
@@ -264,14 +264,16 @@ def load_user_inputs(path: str | Path, model: onnx.ModelProto) -> list[tuple[str
     initializers, in order (a TensorProto's own name, when set, must be one of them). Raises UsageError naming
     the file when a set cannot be read or does not fit the model's inputs."""
     p = Path(path)
-    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    defaults = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in defaults]
+    optional = overridable(model)  # inputs with a default: may be given
     if not p.exists():
         raise UsageError(f"--inputs {p}: no such file or folder")
     if p.is_file():
-        return [(p.name, _read_npz(p, names))]
+        return [(p.name, _read_npz(p, names, optional))]
     sets: list[tuple[str, dict[str, np.ndarray]]] = []
     for f in sorted(p.glob("*.npz")):
-        sets.append((f.name, _read_npz(f, names)))
+        sets.append((f.name, _read_npz(f, names, optional)))
     for folder in [p, *sorted(q for q in p.glob("test_data_set_*") if q.is_dir())]:
         pbs = sorted(folder.glob("input_*.pb"), key=lambda q: int(q.stem.split("_")[1])
                      if q.stem.split("_")[1].isdigit() else 1 << 30)
@@ -282,13 +284,13 @@ def load_user_inputs(path: str | Path, model: onnx.ModelProto) -> list[tuple[str
     return sets
 
 
-def _read_npz(f: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
+def _read_npz(f: Path, names: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
     try:
         with np.load(f, allow_pickle=False) as z:
             arrays = {k: np.asarray(z[k]) for k in z.files}
     except (OSError, ValueError) as e:
         raise UsageError(f"--inputs {f}: not a readable .npz file ({e})") from e
-    return _fit(f, arrays, names)
+    return _fit(f, arrays, names, optional)
 
 
 def _read_pbs(pbs: Sequence[Path], names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -306,12 +308,13 @@ def _read_pbs(pbs: Sequence[Path], names: Sequence[str]) -> dict[str, np.ndarray
     return _fit(pbs[0].parent, arrays, names)
 
 
-def _fit(where: Path, arrays: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
-    extra = [k for k in arrays if k not in names]
+def _fit(where: Path, arrays: dict[str, np.ndarray], names: Sequence[str],
+         optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    extra = [k for k in arrays if k not in names and k not in optional]
     missing = [k for k in names if k not in arrays]
     if extra or missing:
         raise UsageError(f"--inputs {where}: " + "; ".join(
             ([f"no model input named {', '.join(repr(k) for k in extra)}"] if extra else [])
             + ([f"missing {', '.join(repr(k) for k in missing)}"] if missing else []))
             + f" (the model's inputs: {', '.join(repr(k) for k in names)})")
-    return {k: arrays[k] for k in names}
+    return {k: arrays[k] for k in [*names, *optional] if k in arrays}

@@ -46,6 +46,29 @@ def opset_max() -> int:
     return OPSET_MIN
 
 
+def implicit_inputs(node: onnx.NodeProto) -> list[str]:
+    """The outer tensors `node`'s subgraph bodies (If, Loop, Scan; at any depth) read (the ONNX model's view of
+    `passes.analyze.subgraph_reads`)."""
+    out: list[str] = []
+    for a in node.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            inner = ({i.name for i in sub.input} | {t.name for t in sub.initializer}
+                     | {o for n in sub.node for o in n.output})
+            for n in sub.node:
+                out += [t for t in [*filter(None, n.input), *implicit_inputs(n)] if t not in inner]
+    return list(dict.fromkeys(out))
+
+
+def overridable(model: onnx.ModelProto) -> list[str]:
+    """Initializers that are also graph inputs of a model of IR version 4 or later: defaults a user may feed, as
+    onnxruntime lets them. (Before IR 4 every initializer had to be listed as an input, and onnxruntime treats
+    them as constants.) They are run-time inputs, never constants baked into a kernel."""
+    if model.ir_version < 4:
+        return []
+    names = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name in names]
+
+
 def ir_version_for(opset: int) -> int:
     """The oldest IR version that can carry `opset` of the default domain, and at least 8."""
     try:

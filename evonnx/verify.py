@@ -21,6 +21,7 @@ import onnx
 
 from evonnx.errors import VerificationError
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
+from evonnx.model import overridable
 
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
@@ -68,9 +69,17 @@ def _symbols(model: onnx.ModelProto) -> list[str]:
 
 def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
                 shapes: Mapping[str, Sequence[int]] | None = None, regime: int = 0) -> dict[str, np.ndarray]:
-    """`evonnx.inputs.synthesize` at the input shapes `sizes` (per symbol) and `shapes` (per input) give."""
-    init = {t.name for t in model.graph.initializer}
-    dims = {i.name: _input_shape(i, sizes, shapes) for i in model.graph.input if i.name not in init}
+    """`evonnx.inputs.synthesize` at the input shapes `sizes` (per symbol) and `shapes` (per input) give. An input
+    with an initializer (a default the user may override) is left to its default in the first regime and fed a
+    synthesized value in the others."""
+    init = {t.name: t for t in model.graph.initializer}
+    defaults = set(overridable(model))
+    dims: dict[str, list[int]] = {}
+    for i in model.graph.input:
+        if i.name not in init:
+            dims[i.name] = _input_shape(i, sizes, shapes)
+        elif regime > 0 and i.name in defaults:
+            dims[i.name] = list(init[i.name].dims)
     return synthesize(model, dims, seed, REGIMES[regime])
 
 

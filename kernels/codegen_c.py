@@ -599,12 +599,23 @@ def _kernel_source(spec: KernelSpec) -> str:
         n_sym_alloc=max(1, len(k.syms)), n_ranges=max(1, len(k.runs)),
         tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""), tasks="".join(k.tasks),
         sym_binding=sym_binding, checks="\n".join(checks), out_dims="\n".join(out_dims),
-        ctx_fill="\n".join(ctx_fill), runs="\n".join(k.runs),
+        ctx_fill="\n".join(ctx_fill), runs="\n".join(k.runs), zero_div=_zero_div_check(spec),
         in_types=", ".join(str(ONNX_CODE.get(i.dtype, 0)) for i in spec.inputs) or "0",
         in_ranks=", ".join(str(len(i.shape)) for i in spec.inputs) or "0",
         out_types=", ".join(str(ONNX_CODE[o.dtype]) for o in spec.outputs),
         out_ranks=", ".join(str(len(o.shape)) for o in spec.outputs),
         n_in=len(spec.inputs), fingerprint=kernel_fingerprint(spec))
+
+
+def _zero_div_check(spec: KernelSpec) -> str:
+    """The compute function's failure when a task met an integer divisor of 0 (kernels with integer Div/Mod)."""
+    nodes = [n for n, op in zip(spec.source_nodes, spec.source_ops) if op in ("Div", "Mod")]
+    if not nodes:
+        return ""
+    return (f"    if (c.zero_div) {{\n"
+            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: integer division by zero in "
+            f"{encode(', '.join(repr(n) for n in nodes), limit=240)} (onnxruntime fails this node too)\");\n"
+            f"        return 1;\n    }}")
 
 
 def _size_divisors(p: Poly) -> list[Poly]:

@@ -229,12 +229,14 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
             u = UTYPE[src]
             return f"(({t})(({u}){a[0]} {sym_} ({u}){a[1]}))"
         return f"(({t})({a[0]} {sym_} {a[1]}))" if src in INTS else f"({a[0]} {sym_} {a[1]})"
+    if op in ("div", "mod") and src not in FLOATS:
+        divisor = e.args[1]
+        b = a[1] if isinstance(divisor, Const) and divisor.value != 0 else f"evo_nz_{s}({a[1]}, &evo_zero)"
+        return f"evo_div_{s}({a[0]}, {b})" if op == "div" else f"evo_{'tmod' if e.attr else 'pmod'}_{s}({a[0]}, {b})"
     if op == "div":
-        return f"({a[0]} / {a[1]})" if src in FLOATS else f"evo_div_{s}({a[0]}, {a[1]})"
+        return f"({a[0]} / {a[1]})"
     if op == "mod":
-        if src in FLOATS:
-            return f"{'fmodf' if src == 'float32' else 'fmod'}({a[0]}, {a[1]})"
-        return f"evo_{'tmod' if e.attr else 'pmod'}_{s}({a[0]}, {a[1]})"
+        return f"{'fmodf' if src == 'float32' else 'fmod'}({a[0]}, {a[1]})"
     if op == "pow":
         return f"{'powf' if src == 'float32' else 'pow'}({a[0]}, {a[1]})"
     if op in ("min", "max", "nmin", "nmax"):

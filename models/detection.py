@@ -352,6 +352,11 @@ class GenBaseAnchors(nn.Module):
 
     def forward(self, scales: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
         w = h = float(self.base_size)
+        return self._base_anchors(w, h, scales, ratios)
+
+    def _base_anchors(
+        self, w: float | torch.Tensor, h: float | torch.Tensor, scales: torch.Tensor, ratios: torch.Tensor
+    ) -> torch.Tensor:
         x_center = self.center_offset * w
         y_center = self.center_offset * h
         h_ratios = torch.sqrt(ratios)
@@ -361,6 +366,20 @@ class GenBaseAnchors(nn.Module):
         # use float anchor and the anchor's center is aligned with the pixel center
         base_anchors = [x_center - 0.5 * ws, y_center - 0.5 * hs, x_center + 0.5 * ws, y_center + 0.5 * hs]
         return torch.stack(base_anchors, dim=-1)
+
+
+class GenBaseAnchorsSizeInput(GenBaseAnchors):
+    """``gen_single_level_base_anchors(base_size, scales, ratios)`` with ``base_size`` a 0-d tensor input.
+
+    ``gen_base_anchors`` calls it once per level with that level's base size (mmdet: ``int | float``; a 0-d
+    tensor when ``base_sizes`` is a tensor, as in benchmark harnesses that loop over ``torch.from_numpy``).
+    """
+
+    def forward(  # type: ignore[override]
+        self, base_size: torch.Tensor, scales: torch.Tensor, ratios: torch.Tensor
+    ) -> torch.Tensor:
+        w = h = base_size
+        return self._base_anchors(w, h, scales, ratios)
 
 
 class MapRoiLevels(nn.Module):

@@ -460,6 +460,106 @@ SPECS: tuple[Spec, ...] = (
         description="Same function as distance2bbox, exported by the dynamo exporter (static shapes).",
         source="mmdet distance2bbox (FCOS/GFL/YOLOv8 heads; tensor max_shape clip path)",
     ),
+    # ------------------------------------------------------ EasyView hotspots at the paper's measured shapes
+    # The seven MMDetection functions EasyView timed (V100, Parrots eager vs EasyView), each at the shape the
+    # paper reports; the modules are the ones above. Static shapes, except valid_flags (static H/W fold it to a
+    # constant). offset2bbox is `offset2bbox_inplace` itself: its N is symbolic, with the paper's 4000 a case.
+    Spec(
+        name="easyview_bbox2offset",
+        make_module=det.BBox2Delta,
+        make_inputs=lambda g, d: {
+            "proposals": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+            "gt": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+        },
+        cases=({"N": 3000},),
+        output_names=("deltas",),
+        opset=18,
+        input_hints={"proposals": _hint_boxes(0.0, 1333.0, 800.0), "gt": _hint_boxes(0.0, 1333.0, 800.0)},
+        description="EasyView bbox2offset hotspot (R-CNN box encoder) at the paper's 3000×4: proposals and gt "
+        "(3000, 4) → normalised deltas (3000, 4). Same graph pattern as bbox2delta.",
+        source="mmdet DeltaXYWHBBoxCoder.encode → bbox2delta (EasyView bbox2offset, 3000×4)",
+    ),
+    Spec(
+        name="easyview_delta2bbox",
+        make_module=det.Delta2BBox,
+        make_inputs=lambda g, d: {
+            "rois": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+            "deltas": torch.randn(d["N"], 4, generator=g),
+        },
+        cases=({"N": 3000},),
+        output_names=("bboxes",),
+        input_hints={"rois": _hint_boxes(0.0, 1333.0, 800.0), "deltas": HINT_NORMAL},
+        description="EasyView delta2bbox hotspot at the paper's 3000×4: unbatched rois and deltas (3000, 4), "
+        "step-4 slices, expand_as, clamp(±log(1000/16)), exp, clip to (800, 1333), stack, view.",
+        source="mmdet 2.x DeltaXYWHBBoxCoder.decode → delta2bbox (EasyView delta2bbox, 3000×4)",
+    ),
+    Spec(
+        name="easyview_gen_base_anchors",
+        make_module=det.GenBaseAnchorsSizeInput,
+        make_inputs=lambda g, d: {
+            "base_size": torch.tensor(4.0),
+            "scales": torch.tensor([8.0] * d["S"]),
+            "ratios": torch.tensor([0.5, 1.0, 2.0][: d["R"]]),
+        },
+        cases=({"S": 1, "R": 3},),
+        output_names=("base_anchors",),
+        input_hints={
+            "base_size": {"kind": "const", "value": [4.0], "note": "0-d float: the level's base size (stride)"},
+            "scales": {"kind": "const", "value": [8.0], "note": "positive"},
+            "ratios": {"kind": "const", "value": [0.5, 1.0, 2.0], "note": "positive (sqrt)"},
+        },
+        description="EasyView gen_base_anchors hotspot at the paper's 3×1 (3 ratios × 1 scale, the Faster "
+        "R-CNN RPN setting) → (3, 4), with base_size a 0-d float input: sqrt, reciprocal, outer products "
+        "scaled by the scalar, view, stack.",
+        source="mmdet AnchorGenerator.gen_single_level_base_anchors (EasyView gen_base_anchors, 3×1)",
+    ),
+    Spec(
+        name="easyview_map_roi_levels",
+        make_module=det.MapRoiLevels,
+        make_inputs=lambda g, d: {
+            "rois": torch.cat([torch.zeros(d["N"], 1), _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0)], dim=1)
+        },
+        cases=({"N": 20},),
+        output_names=("target_lvls",),
+        input_hints={"rois": {"kind": "rois", "note": "column 0 batch index, columns 1:5 boxes x1y1x2y2"}},
+        description="EasyView map_roi_levels hotspot at the paper's 20×5: FPN level of 20 rois, column "
+        "Gathers, sqrt of area, log2, floor, clamp, cast to int64.",
+        source="mmdet SingleRoIExtractor.map_roi_levels (EasyView map_roi_levels, 20×5)",
+    ),
+    Spec(
+        name="easyview_tblr2bbox",
+        make_module=det.TBLR2BBox,
+        make_inputs=lambda g, d: {
+            "priors": _boxes(g, (d["N"], 4), 0.0, 1333.0, 800.0),
+            "tblr": _uniform(g, (d["N"], 4), 0.0, 0.5),
+            "max_shape": torch.tensor([800.0, 1333.0]),
+        },
+        cases=({"N": 128},),
+        output_names=("bboxes",),
+        opset=13,
+        input_hints={
+            "priors": _hint_boxes(0.0, 1333.0, 800.0),
+            "tblr": {"kind": "uniform", "range": [0.0, 0.5]},
+            "max_shape": {"kind": "const", "value": [800.0, 1333.0], "note": "(h, w)"},
+        },
+        description="EasyView tblr2bbox hotspot at the paper's 128×4: priors and tblr (128, 4), normalizer 4, "
+        "split/cat per side (the slice-free form of the `*=` writes), Clip by a max_shape input.",
+        source="mmdet TBLRBBoxCoder.decode → tblr2bboxes (EasyView tblr2bbox, 128×4)",
+    ),
+    Spec(
+        name="easyview_valid_flags",
+        make_module=lambda: det.ValidFlagsInplace(pad_shape=(1250, 930)),
+        make_inputs=lambda g, d: {"feat": torch.randn(1, 8, d["H"], d["W"], generator=g)},
+        cases=({"H": 160, "W": 120}, {"H": 168, "W": 128}),
+        output_names=("valid",),
+        writes=True,
+        dynamic_axes={"feat": {2: "H", 3: "W"}, "valid": {0: "N"}},
+        input_hints={"feat": {**HINT_SHAPE_ONLY, "min_shape": [1, 1, 157, 117]}},
+        description="EasyView valid_flags hotspot at the paper's 160×120×3 (57,600 flags), H/W symbolic (with "
+        "static shapes the exporter folds the whole graph to a constant): zeros(bool) with valid_x[:117] = 1, "
+        "valid_y[:157] = 1 (pad_shape 1250×930 at stride 8), repeat-meshgrid, &, expand. H ≥ 157, W ≥ 117.",
+        source="mmdet 2.x AnchorGenerator.single_level_valid_flags (EasyView valid_flags, 160×120×3)",
+    ),
 )
 
 

@@ -174,6 +174,24 @@ def _too_big_to_fold(m: onnx.ModelProto, feed: dict[str, np.ndarray]) -> bool:
     return False
 
 
+def subgraph_reads(node: gs.Node) -> list[str]:
+    """Names of the outer tensors that `node`'s subgraph bodies (If, Loop, Scan; at any depth) read: its implicit
+    inputs. Every pass that asks who reads a tensor counts them, or a capture would break."""
+    out: list[str] = []
+    for v in node.attrs.values():
+        for sub in v if isinstance(v, list) else [v]:
+            if isinstance(sub, gs.Graph):
+                inner = {t.name for t in sub.inputs} | {t.name for n in sub.nodes for t in n.outputs}
+                for n in sub.nodes:
+                    out += [t for t in [x.name for x in n.inputs if x.name] + subgraph_reads(n) if t not in inner]
+    return list(dict.fromkeys(out))
+
+
+def node_reads(node: gs.Node) -> list[str]:
+    """The tensors `node` reads: its inputs, then its subgraphs' implicit inputs."""
+    return list(dict.fromkeys([t.name for t in node.inputs if t.name] + subgraph_reads(node)))
+
+
 def analyze(graph: gs.Graph, opset: int) -> Analysis:
     an = Analysis({}, {})
     syms = _Symbols(an)

@@ -17,7 +17,7 @@ from evonnx.errors import InternalError
 from evonnx.expr import Expr, Load, is_exact, walk
 from evonnx.index import Poly, Sym, var
 from evonnx.passes import lazy as L
-from evonnx.passes.analyze import Analysis
+from evonnx.passes.analyze import Analysis, node_reads
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import VALUE_INPUTS, Value, lower_node
 from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec, Rejection, SizeCheck
@@ -47,7 +47,7 @@ def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis) -> set[str]:
         units.append(([t.name for n in nodes for t in n.outputs], _group_inputs(nodes, an)))
     for n in g.nodes:
         if n.name not in grouped:
-            units.append(([t.name for t in n.outputs], [t.name for t in n.inputs if t.name]))
+            units.append(([t.name for t in n.outputs], node_reads(n)))
     needed = {t.name for t in g.outputs}
     changed = True
     while changed:
@@ -178,8 +178,7 @@ def kernels_on_cycle(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
     fused = {n for s in specs for n in s.source_nodes}
     units: list[tuple[str, list[str], list[str]]] = [
         (f"kernel {s.name}", [i.name for i in s.inputs], [o.name for o in s.outputs]) for s in specs]
-    units += [(f"node {n.name}", [t.name for t in n.inputs if t.name], [t.name for t in n.outputs])
-              for n in g.nodes if n.name not in fused]
+    units += [(f"node {n.name}", node_reads(n), [t.name for t in n.outputs]) for n in g.nodes if n.name not in fused]
     producer = {t: k for k, (_, _, outs) in enumerate(units) for t in outs}
     succ: list[list[int]] = [[] for _ in units]
     for k, (_, ins, _) in enumerate(units):

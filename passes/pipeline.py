@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import onnx
 import onnx_graphsurgeon as gs
 
-from evonnx.model import default_opset
+from evonnx.model import default_opset, overridable
 from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
@@ -39,12 +39,26 @@ class PipelineResult:
     optimized: gs.Graph
 
 
+def without_overridable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the initializers of its overridable inputs removed, so that every pass sees plain inputs
+    (the optimized model gets the defaults back: `api.optimize`)."""
+    names = set(overridable(model))
+    if not names:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [t for t in out.graph.initializer if t.name not in names]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    return out
+
+
 def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
                  cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH) -> PipelineResult:
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     reset_names()
-    g = gs.import_onnx(model)
+    g = gs.import_onnx(without_overridable(model))
     g.toposort()
     an = analyze(g, default_opset(model))
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))

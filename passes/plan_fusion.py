@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
 
-from evonnx.passes.analyze import Analysis
+from evonnx.passes.analyze import Analysis, subgraph_reads
 from evonnx.passes.dependences import DepInfo, copies_removed
 from evonnx.passes.lazy import Reject
 from evonnx.passes.lower_ops import FREE_OPS, REDUCTIONS, VALUE_INPUTS
@@ -61,6 +61,10 @@ class _Graph:
                     self.succ[p].add(c)
                 if not is_value and p not in self.data_preds[c]:
                     self.data_preds[c].append(p)
+            for t in subgraph_reads(n):  # implicit inputs of If/Loop/Scan bodies: an edge, never fused through
+                p = producer.get(t)
+                if p is not None:
+                    self.succ[p].add(c)
 
 
 def _creates_cycle(gr: _Graph, group: set[int]) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
 
-from evonnx.passes.analyze import Analysis
+from evonnx.passes.analyze import Analysis, subgraph_reads
 from evonnx.passes.classify import MapKind, classify
 from evonnx.passes.cost_model import CostModel, NodeStats, Ops
 from evonnx.passes.dependences import DepInfo
@@ -69,6 +69,8 @@ class _Costing:
                 p = producer.get(t.name)
                 if p is not None:
                     self.consumers[p].append((c, t.name))
+            for t in subgraph_reads(n):  # a subgraph's implicit input is read, so it is materialised
+                self.any_consumers.setdefault(t, []).append(c)
             self.data_inputs.append(ins)
         self.graph_outputs = outputs
         self.kinds = [classify(n, an) for n in gr.nodes]

@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.index import Poly, Sym
 from evonnx.model import DOMAIN
-from evonnx.passes.analyze import Analysis
+from evonnx.passes.analyze import Analysis, node_reads
 from evonnx.records import KernelSpec, kernel_fingerprint
 
 FUSED_OP = "Fused"
@@ -78,7 +78,7 @@ def _live_nodes(g: gs.Graph) -> set[str]:
     for n in reversed(g.nodes):  # in topological order, as ONNX requires
         if any(t.name in needed for t in n.outputs):
             live.add(n.name)
-            needed.update(t.name for t in n.inputs if t.name)
+            needed.update(node_reads(n))
     return live
 
 

@@ -59,5 +59,5 @@ def make_inputs(entry: Mapping[str, Any], case: Mapping[str, Sequence[int]], see
             arr = rng.normal(size=shape)
         else:
             raise AssertionError(f"{entry['name']}: unknown input hint kind '{kind}'")
-        feeds[name] = np.ascontiguousarray(arr.astype(dtype))
+        feeds[name] = np.array(arr, dtype=dtype, order="C")  # ascontiguousarray would make a 0-d array 1-d
     return feeds

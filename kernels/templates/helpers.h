@@ -28,10 +28,13 @@ EVO_FN double evo_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 EVO_FN float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(evo_expf(-x)) : log1pf(evo_expf(x)); }
 EVO_FN double evo_softplus_f64(double x) { return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
 
-/* Integer division and remainder: truncating like C, wrapping on MIN/-1, and 0 instead of a trap on /0
- * (onnxruntime's own CPU kernels crash the process there). */
+/* Integer division and remainder: truncating like C, wrapping on MIN/-1, and 0 instead of a trap on /0. A divisor
+ * that may be 0 goes through evo_nz_*, which records a zero in the task's flag: the CPU kernel then fails the Run,
+ * as onnxruntime's CPU Div and Mod do ("Integer division by zero"); on CUDA the flag is ignored, as onnxruntime's
+ * CUDA kernels return a value there. */
 #define EVO_SIGNED_DIV(T, U, S)                                                            \
     EVO_FN T evo_abs_##S(T x) { return x < 0 ? (T)(0 - (U)x) : x; }                       \
+    EVO_FN T evo_nz_##S(T b, int *zero) { *zero |= (b == 0); return b; }                  \
     EVO_FN T evo_div_##S(T a, T b) {                                                       \
         if (b == 0) return 0;                                                              \
         if (b == -1) return (T)(0 - (U)a);                                                 \
@@ -48,6 +51,7 @@ EVO_SIGNED_DIV(int16_t, uint16_t, i16)
 EVO_SIGNED_DIV(int8_t, uint8_t, i8)
 #define EVO_UNSIGNED_DIV(T, S)                                                             \
     EVO_FN T evo_abs_##S(T x) { return x; }                                                \
+    EVO_FN T evo_nz_##S(T b, int *zero) { *zero |= (b == 0); return b; }                  \
     EVO_FN T evo_div_##S(T a, T b) { return b == 0 ? 0 : (T)(a / b); }                     \
     EVO_FN T evo_tmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); }                    \
     EVO_FN T evo_pmod_##S(T a, T b) { return evo_tmod_##S(a, b); }

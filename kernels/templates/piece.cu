@@ -2,6 +2,8 @@
 /* $kernel, output $output ('$tensor'), piece $piece: $extent_note */
 template <typename I>
 __device__ __forceinline__ void ${fname}_body($params) {
+    int evo_zero = 0; /* evo_nz_* records a zero divisor; onnxruntime's CUDA Div/Mod return a value there */
+    (void)evo_zero;
 $bindings
     EVO_GRID_STRIDE(f, total) {
 $unravel

@@ -153,11 +153,12 @@ def _dims_array(shapes: list[tuple[int, ...]]) -> tuple[ctypes.Array, list[np.nd
 def _input(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     if not dtype:
         return np.zeros(1, np.uint8)  # read only for its shape
+    # np.asarray: a rank-0 input is a 0-d array (numpy's scalars have no buffer to hand the kernel)
     if dtype.startswith("float"):
-        return (rng.standard_normal(shape) * 3).astype(dtype)
+        return np.asarray((rng.standard_normal(shape) * 3).astype(dtype))
     if dtype == "bool":
-        return rng.random(shape) < 0.5
-    return rng.integers(0, 8, size=shape).astype(dtype)
+        return np.asarray(rng.random(shape) < 0.5)
+    return np.asarray(rng.integers(0, 8, size=shape).astype(dtype))
 
 
 def _misaligned(shape: tuple[int, ...], dtype: np.dtype, shift: int) -> np.ndarray:

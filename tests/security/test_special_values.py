@@ -141,3 +141,16 @@ def _scatter_model(op: str, reduction: str) -> object:
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 def test_scatter_reductions_with_special_values(op: str, reduction: str, tmp_path: Path) -> None:
     _check_grid(_scatter_model(op, reduction), [{}], tmp_path)
+
+
+# onnxruntime's CPU Div and Mod of integers fail the Run on a zero divisor ("Integer division by zero"); the fused
+# kernel must fail it too, not return a value (nor trap). The grid puts a 0 among the divisors.
+@pytest.mark.parametrize("op", ["Div", "Mod"])
+@pytest.mark.parametrize("dtype", [I64, I32])
+def test_integer_division_by_zero_fails_the_run(op: str, dtype: int, tmp_path: Path) -> None:
+    model = _model(op, 2, dtype, {}, {}, [])
+    result = check_case(case_from_model(model, [{"N": 1}, {"N": 2}], value_regime="grid"), tmp_path,
+                        tmp_path / "marker")
+    assert result.status == "ok" and result.fused >= 1, result.note
+    assert not result.findings, result.findings
+    assert result.runs_both_failed == 2, result.note

@@ -1,0 +1,138 @@
+"""Graph semantics as onnxruntime's (issue 16): inputs that have a default (an initializer of the same name, IR 4 and
+later) stay inputs a user may feed; the check feeds them, with their default and with another value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import evonnx
+
+pytestmark = pytest.mark.compiler
+
+F = TensorProto.FLOAT
+
+
+def _model(ir_version: int, every_initializer_an_input: bool) -> onnx.ModelProto:
+    # y = |(-x) * w + b|: w is an input with a default; b an initializer that is an input only in IR 3 style
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Mul", ["n", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Abs", ["a"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([2.0, -1.0], np.float32), "w"),
+             numpy_helper.from_array(np.array([0.5, 0.25], np.float32), "b")]
+    inputs = [helper.make_tensor_value_info("x", F, ["N", 2]), helper.make_tensor_value_info("w", F, [2])]
+    if every_initializer_an_input:
+        inputs.append(helper.make_tensor_value_info("b", F, [2]))
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", F, ["N", 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=ir_version)
+
+
+@pytest.mark.parametrize("ir_version,every", [(8, False), (4, True)], ids=["one-default", "all-defaults"])
+def test_inputs_with_a_default_stay_inputs(tmp_path: Path, ir_version: int, every: bool) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(_model(ir_version, every), str(src))
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert len(result.kernels) == 1  # still fused: the defaults are read at run time
+    optimized = onnx.load(str(tmp_path / "m.opt.onnx"))
+    defaults = {"w", "b"} if every else {"w"}
+    assert defaults <= {i.name for i in optimized.graph.input}
+    assert defaults <= {t.name for t in optimized.graph.initializer}
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    plain = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    fused = evonnx.load_session(tmp_path / "m.opt.onnx")
+    x = np.arange(6, dtype=np.float32).reshape(3, 2) - 2.5
+    feeds: list[dict[str, np.ndarray]] = [{"x": x}, {"x": x, "w": np.array([-3.0, 0.5], np.float32)}]
+    if every:
+        feeds.append({"x": x, "b": np.array([7.0, -7.0], np.float32)})
+    for f in feeds:
+        np.testing.assert_array_equal(fused.run(None, f)[0], plain.run(None, f)[0])
+
+
+def test_before_ir4_initializers_listed_as_inputs_are_constants(tmp_path: Path) -> None:
+    # onnxruntime does not let a Run feed them (IR < 4 required every initializer to be an input): evonnx folds
+    # them like any constant, and the optimized model takes the same inputs as the original
+    src = tmp_path / "m.onnx"
+    onnx.save(_model(3, True), str(src))
+    evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    plain = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    fused = evonnx.load_session(tmp_path / "m.opt.onnx")
+    assert [i.name for i in fused.get_inputs()] == [i.name for i in plain.get_inputs()] == ["x"]
+    x = np.arange(6, dtype=np.float32).reshape(3, 2) - 2.5
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+
+
+# -- tensors captured by subgraph bodies ------------------------------------------------------------------------
+def _body(name: str, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+          outputs: list[onnx.ValueInfoProto], inits: dict[str, np.ndarray] | None = None) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, inputs, outputs,
+                             [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+
+
+def _captures(kind: str) -> onnx.ModelProto:
+    """x -> Neg -> Abs (b) -> Sigmoid (c), fused; b and c are read only inside `kind`'s bodies (If: nested two
+    deep), plus z = b * b in the main graph, so that the kernel exists and must still give b and c."""
+    vi = helper.make_tensor_value_info
+    main = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Abs", ["a"], ["b"]),
+            helper.make_node("Sigmoid", ["b"], ["c"]), helper.make_node("Mul", ["b", "b"], ["z"])]
+    inputs = [vi("x", F, [3])]
+    if kind == "If":
+        inner = _body("inner", [helper.make_node("Mul", ["b", "two"], ["i_out"])], [], [vi("i_out", F, [3])],
+                      {"two": np.array(2.0, np.float32)})
+        then = _body("then", [helper.make_node("Add", ["c", "one"], ["t_out"])], [], [vi("t_out", F, [3])],
+                     {"one": np.array(1.0, np.float32)})
+        other = _body("else", [helper.make_node("If", ["cond"], ["e_out"], then_branch=inner, else_branch=inner)],
+                      [], [vi("e_out", F, [3])])
+        main.append(helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other))
+        inputs.append(vi("cond", TensorProto.BOOL, []))
+    elif kind == "Loop":  # v <- v * c + b, twice
+        body = _body("body", [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Mul", ["v_in", "c"], ["m"]),
+                              helper.make_node("Add", ["m", "b"], ["v_out"])],
+                     [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("v_in", F, [3])],
+                     [vi("cond_out", TensorProto.BOOL, []), vi("v_out", F, [3])])
+        main.append(helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body))
+        inputs.append(vi("trips", TensorProto.INT64, []))
+    else:  # Scan over the rows of s: state <- state + row * c[0]
+        body = _body("body", [helper.make_node("Gather", ["c", "zero"], ["c0"], axis=0),
+                              helper.make_node("Mul", ["row", "c0"], ["m"]),
+                              helper.make_node("Add", ["st_in", "m"], ["st_out"]),
+                              helper.make_node("Identity", ["st_out"], ["echo"])],
+                     [vi("st_in", F, [2]), vi("row", F, [2])], [vi("st_out", F, [2]), vi("echo", F, [2])],
+                     {"zero": np.array(0, np.int64)})
+        main.append(helper.make_node("Scan", ["s0", "s"], ["y", "rows"], body=body, num_scan_inputs=1))
+        inputs += [vi("s0", F, [2]), vi("s", F, [4, 2])]
+    outputs = [vi("y", F, None), vi("z", F, [3])] + ([vi("rows", F, None)] if kind == "Scan" else [])
+    graph = helper.make_graph(main, "g", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("kind", ["If", "Loop", "Scan"])
+def test_tensors_captured_by_subgraphs_stay(kind: str, tmp_path: Path) -> None:
+    model = _captures(kind)
+    for o in model.graph.output:  # outputs of unknown shape: the checker wants a shape field
+        if not o.type.tensor_type.HasField("shape"):
+            o.type.tensor_type.shape.SetInParent()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, str(src))
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")  # checks against onnxruntime on the original
+    assert len(result.kernels) == 1
+    outs = {o.name for o in result.kernels[0].outputs}
+    assert ({"c"} if kind == "Scan" else {"b", "c"}) <= outs  # the captured tensors are still produced
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    plain = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    fused = evonnx.load_session(tmp_path / "m.opt.onnx")
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    feeds = {"If": [{"x": x, "cond": np.array(v)} for v in (True, False)],
+             "Loop": [{"x": x, "trips": np.array(2, np.int64)}],
+             "Scan": [{"x": x, "s0": np.zeros(2, np.float32), "s": np.arange(8, dtype=np.float32).reshape(4, 2)}]}
+    for f in feeds[kind]:
+        for got, want in zip(fused.run(None, f), plain.run(None, f)):
+            np.testing.assert_allclose(got, want, rtol=1e-5)
