@@ -379,6 +379,39 @@ def is_lt(a: PolyLike, b: PolyLike) -> bool:
     return is_nonneg(Poly.of(b) - Poly.of(a) - 1)
 
 
+# The largest size a kernel takes (each bound symbol is checked against it at run time, codegen_c): a tensor of
+# more elements cannot exist in memory, so only an empty one's dim could exceed it.
+SIZE_MAX = 1 << 40
+
+
+def overflows(p: PolyLike) -> bool:
+    """Whether evaluating `p` in int64, term by term as C does, could overflow: a term's coefficient times
+    SIZE_MAX (a product of sizes and loop variables indexes memory, so it stays below SIZE_MAX), summed over the
+    terms, above INT64_MAX; or the same inside a floor division, remainder, min/max, lookup index or loop extent.
+    Exporters' INT64_MAX bounds and steps over symbolic sizes are what this finds."""
+    total = 0
+    for mono, c in Poly.of(p).terms:
+        total += abs(c) * (SIZE_MAX if mono else 1)
+        if any(_atom_overflows(a) for a in mono):
+            return True
+    return total > INT64_MAX
+
+
+def _atom_overflows(a: Atom) -> bool:
+    if isinstance(a, Var):
+        return overflows(a.extent)
+    if isinstance(a, (FloorDiv, Mod)):
+        return overflows(a.num) or overflows(a.den)
+    if isinstance(a, (Min, Max)):
+        return overflows(a.a) or overflows(a.b)
+    if isinstance(a, Lookup):
+        return overflows(a.index)
+    return False
+
+
+INT64_MAX = (1 << 63) - 1
+
+
 def is_le(a: PolyLike, b: PolyLike) -> bool:
     return is_nonneg(Poly.of(b) - Poly.of(a))
 

@@ -32,7 +32,23 @@ from evonnx.expr import (
     substitute,
     walk,
 )
-from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, floordiv, is_le, subs, var
+from evonnx.index import (
+    SIZE_MAX,
+    Atom,
+    FloorDiv,
+    Lookup,
+    Max,
+    Min,
+    Mod,
+    Poly,
+    Sym,
+    Table,
+    Var,
+    floordiv,
+    is_le,
+    subs,
+    var,
+)
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
@@ -554,6 +570,13 @@ def _kernel_source(spec: KernelSpec) -> str:
                 f"is %lld, expected %lld ({encode(str(d))})\",\n"
                 f"                 (long long)in_dims[{si}][{axis}], (long long){expect});\n"
                 f"        return 1;\n    }}")
+    for sym in k.syms:  # the plan proved its index arithmetic safe up to SIZE_MAX (overflowing_kernels)
+        n = k.sym_names[sym]
+        checks.append(
+            f"    if ({n} > INT64_C({SIZE_MAX})) {{\n"
+            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: size {encode(sym.name)} = %lld is above 2^40, "
+            f"the largest a fused kernel takes\", (long long){n});\n"
+            f"        return 1;\n    }}")
     for c in spec.checks:
         pa, pb = print_poly(c.lhs, names), print_poly(c.rhs, names)
         if c.kind == "bcast":

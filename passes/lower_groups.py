@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.errors import InternalError
 from evonnx.expr import Expr, Load, is_exact, walk
-from evonnx.index import Poly, Sym, var
+from evonnx.index import Poly, Sym, overflows, var
 from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis, node_reads
 from evonnx.passes.lazy import Lazy, Reject
@@ -204,6 +204,25 @@ def kernels_on_cycle(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
                 path.append(nxt)
                 stack.append(iter(succ[nxt]))
     return []
+
+
+def overflowing_kernels(specs: Sequence[KernelSpec]) -> list[str]:
+    """The kernels with an index or size polynomial whose int64 evaluation could overflow (`index.overflows`: a
+    Range with a step near 2**63 over a symbolic limit, a Slice step of INT64_MIN on a symbolic dim).
+    Such a kernel is left to onnxruntime, whose own arithmetic the fused one could not reproduce safely."""
+    out = []
+    for s in specs:
+        polys = [d for i in s.inputs for d in i.shape] + [d for o in s.outputs for d in o.shape]
+        polys += [p for c in s.checks for p in (c.lhs, c.rhs, c.unless) if p is not None]
+        for o in s.outputs:
+            polys += list(o.index)
+            for x in walk(o.expr):
+                idx = getattr(x, "index", None) or getattr(x, "poly", None) or getattr(x, "var", None)
+                if isinstance(idx, Poly):
+                    polys.append(idx)
+        if any(overflows(p) for p in polys):
+            out.append(s.name)
+    return out
 
 
 def without_groups(plan: FusionPlan, g: gs.Graph, names: Sequence[str], reason: str) -> FusionPlan:

@@ -15,7 +15,7 @@ from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import reset_names
-from evonnx.passes.lower_groups import kernels_on_cycle, lower_groups, without_groups
+from evonnx.passes.lower_groups import kernels_on_cycle, lower_groups, overflowing_kernels, without_groups
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
 from evonnx.passes.rewrite import rewrite
@@ -72,9 +72,15 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
         plan = plan_fusion(g, an, deps, cfg=cfg)
     log.info("%s planner: %d groups, %d nodes left to onnxruntime", planner, len(plan.groups), len(plan.rejected))
     specs, _ = lower_groups(g, plan, an)
-    while cycle := kernels_on_cycle(g, specs):
-        plan = without_groups(plan, g, cycle, "its kernel would read the dims of a tensor computed from the "
-                              "kernel's own outputs (a cycle)")
+    while True:
+        if cycle := kernels_on_cycle(g, specs):
+            plan = without_groups(plan, g, cycle, "its kernel would read the dims of a tensor computed from the "
+                                  "kernel's own outputs (a cycle)")
+        elif over := overflowing_kernels(specs):
+            plan = without_groups(plan, g, over, "its index arithmetic could overflow int64 at sizes up to 2^40 "
+                                  "(a step or bound near 2^63 over a symbolic size)")
+        else:
+            break
         specs, _ = lower_groups(g, plan, an)
     log.info("lower_groups: %d kernels", len(specs))
     optimized = rewrite(g, specs, an)

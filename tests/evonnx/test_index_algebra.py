@@ -253,3 +253,16 @@ def test_index_negative_divisor_bounds() -> None:
     assert [evaluate(r, {"a": x}) for x in range(6)] == [(x // -2) % 7 for x in range(6)]
     s = floordiv(mod(a, -4), 8)
     assert [evaluate(s, {"a": x}) for x in range(6)] == [(x % -4) // 8 for x in range(6)]
+
+
+def test_overflows_finds_int64_overflow_of_exporter_constants() -> None:
+    from evonnx.index import INT64_MAX, SIZE_MAX, overflows
+
+    n, h = Poly.of(sym("N")), Poly.of(sym("H"))
+    i = var("i", n * h)
+    assert not overflows(n * h * 85 + i * 4 + 3)  # products of sizes index memory: bounded by SIZE_MAX
+    assert overflows(n * 4 + (INT64_MAX - 1))  # a Range limit - start + step - 1 with step INT64_MAX
+    assert overflows(i * -(2**63))  # a Slice step of INT64_MIN over a symbolic dim
+    assert overflows(floordiv(n * 4 + (INT64_MAX - 2), 7))  # inside a floor division too
+    assert not overflows(Poly.of(INT64_MAX))  # a constant alone is what C writes
+    assert overflows(n * (INT64_MAX // SIZE_MAX + 1))
