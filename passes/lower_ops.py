@@ -35,7 +35,10 @@ class Known:
         consts = [e for e in self.elems if isinstance(e, Const)]
         if len(consts) != len(self.elems):
             return None
-        return np.array([e.value for e in consts], dtype=E.np_dtype(self.dtype)).reshape(self.shape)
+        try:
+            return np.array([e.value for e in consts], dtype=E.np_dtype(self.dtype)).reshape(self.shape)
+        except OverflowError:  # a value outside its type (exact plan-time arithmetic at a position onnxruntime
+            return None  # rejects, such as Range element 3 of a one-element Range): not folded, checked at run time
 
     def polys(self) -> list[Poly] | None:
         """The elements as integers (sizes), when every one is an integer; floats only when integer-valued."""

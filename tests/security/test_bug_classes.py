@@ -138,6 +138,9 @@ def test_dead_node_errors_are_matched_by_full_name(tmp_path: Path) -> None:
 
 # -- fuzz findings whose class is fixed, replayed as found ------------------------------------------------------
 REPLAYS = sorted((Path(__file__).resolve().parent / "replays").glob("*.onnx"))
+# Replays whose right outcome is a clean refusal: onnxruntime runs the original at no generated input (a constant
+# Gather index of INT32_MAX), so there is nothing to check against.
+REFUSED_REPLAYS = {"case003193-6725a008"}
 
 
 @pytest.mark.parametrize("path", REPLAYS, ids=[p.stem for p in REPLAYS])
@@ -146,6 +149,9 @@ def test_fuzz_finding_replays(path: Path, tmp_path: Path) -> None:
     outcome = check_case(case, tmp_path / "case", tmp_path / "no-marker")
     if outcome.findings:
         pytest.fail("\n".join([case.describe()] + outcome.findings), pytrace=False)
+    if path.stem in REFUSED_REPLAYS:
+        assert outcome.status == "refused", f"{outcome.status}: {outcome.note}"
+        return
     assert outcome.status == "ok", f"{outcome.status}: {outcome.note}"
     assert outcome.runs_compared + outcome.runs_both_failed == len(case.plans), outcome.note
 
