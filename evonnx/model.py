@@ -84,8 +84,11 @@ def default_opset(model: onnx.ModelProto) -> int:
     raise InvalidModelError("the model imports no version of the default ONNX domain")
 
 
-def load_model(path: str | Path) -> onnx.ModelProto:
+def load_model(path: str | Path, *, infer: bool = True) -> onnx.ModelProto:
     """Read, check and shape-infer a model; nodes get unique names so plans and messages can refer to them.
+
+    With `infer=False` the model is as written (no inferred value_info): what the check hands onnxruntime as the
+    reference, since onnxruntime's optimizations may behave otherwise with the extra shapes.
 
     Tensors stored outside the model file are read only from regular files inside the model's folder (see
     `_check_external_data`). Declared dims must be >= 0. Shape inference runs without ONNX's data propagation:
@@ -127,10 +130,11 @@ def load_model(path: str | Path) -> onnx.ModelProto:
             raise InvalidModelError(f"{p}: already optimized by evonnx (node '{n.name}' is in domain {DOMAIN}); "
                                     f"optimize the original model")
     _check_declared_dims(model, p)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
-    except onnx.shape_inference.InferenceError as e:
-        raise InvalidModelError(f"{p}: ONNX shape inference fails: {_first_line(e)}") from e
+    if infer:
+        try:
+            model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+        except onnx.shape_inference.InferenceError as e:
+            raise InvalidModelError(f"{p}: ONNX shape inference fails: {_first_line(e)}") from e
     _name_nodes(model)
     return model
 

@@ -156,3 +156,22 @@ def test_decisions_flipped_at_their_threshold_are_told_apart_from_wrong_ones(tmp
     assert not _flips_at_thresholds(model, "y", feeds, ref, np.array([False, True, ref[2], False]), result)
     # Cast to int64 of sigmoid: 0 everywhere; 1 would need a value within rounding of 1.0, which none is
     assert not _flips_at_thresholds(model, "k", feeds, np.zeros(4, np.int64), np.array([0, 0, 1, 0]), result)
+
+
+def test_the_reference_is_the_model_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # onnxruntime's own optimizations may behave otherwise on a model carrying ONNX's inferred shapes (torchvision
+    # FCOS: a Reshape of an empty tensor fails only with them), so the check runs the file's model, not evonnx's
+    import evonnx.api as api
+
+    seen: list[onnx.ModelProto] = []
+    real = api.check_models
+
+    def spy(original: onnx.ModelProto, *args: object, **kwargs: object) -> object:
+        seen.append(original)
+        return real(original, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "check_models", spy)
+    src = _save(tmp_path, [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Abs", ["a"], ["b"]),
+                           helper.make_node("Exp", ["b"], ["y"])], [_vi("x", F, ["N", 3])], [_vi("y", F, ["N", 3])])
+    evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert len(seen) == 1 and not seen[0].graph.value_info  # the file has none; shape inference would add a, b
