@@ -75,7 +75,7 @@ def run(spec_path: str) -> int:
             feeds = {names[k]: v for k, v in feeds.items()}
             outs = sess.run(None, feeds)  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; the error is the result
-            Path(run["out"] + ".err").write_text(f"{type(e).__name__}: {e}")
+            Path(run["out"] + ".err").write_bytes(f"{type(e).__name__}: {e}".encode("utf-8", "backslashreplace"))
             continue
         np.savez(run["out"] + ".npz", *[np.asarray(o) for o in outs])
     progress.write("done\n")

@@ -251,7 +251,8 @@ def _load(out: str) -> tuple[list[np.ndarray] | None, str | None]:
         with np.load(out + ".npz") as z:
             return [z[f"arr_{i}"] for i in range(len(z.files))], None
     if Path(out + ".err").is_file():
-        return None, Path(out + ".err").read_text()
+        # bytes, not text: text mode would turn a "\r\n" inside a node name into "\n" (_error_in_dead_node)
+        return None, Path(out + ".err").read_bytes().decode("utf-8", errors="replace")
     return None, None
 
 
