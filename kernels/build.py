@@ -35,7 +35,7 @@ from pathlib import Path
 from evonnx.errors import BuildError
 from evonnx.kernels.codegen_c import CSource
 from evonnx.paths import cache_dir
-from evonnx.toolchain import KERNEL_CFLAGS
+from evonnx.toolchain import kernel_cflags
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,6 @@ _HEADER_STAMP = ".ort-headers"
 _MIN_ORT_API_VERSION = 21
 
 _RUNTIME_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden")
-_KERNEL_FLAGS = KERNEL_CFLAGS  # shared with the cost model's micro-benchmark (evonnx/toolchain.py)
 # -z defs: a kernels object that lacks evo_kernel_table fails here rather than at dlopen time.
 _LINK_FLAGS = ("-shared", "-Wl,-z,defs", "-Wl,--as-needed")
 
@@ -205,7 +204,7 @@ def build_model_library(
         sources = [work / (f"kernels{k}.c" if len(units) > 1 else "kernels.c") for k in range(len(units))]
         for path, text in zip(sources, units):
             path.write_text(text)
-        flags = [*_KERNEL_FLAGS, *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}"]
+        flags = [*kernel_cflags(cc), *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}"]
         _run_compilers(
             [([cc, *flags, "-c", str(src), "-o", str(src.with_suffix(".o"))], src) for src in sources],
             f"compiling the kernels of {model_name!r}",

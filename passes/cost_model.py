@@ -215,7 +215,7 @@ def _kernel_speeds() -> tuple[float, float, float]:
     import subprocess
     import tempfile
 
-    from evonnx.toolchain import KERNEL_CFLAGS, c_compiler
+    from evonnx.toolchain import c_compiler, kernel_cflags
 
     cc = c_compiler()
     if cc is not None:
@@ -223,7 +223,7 @@ def _kernel_speeds() -> tuple[float, float, float]:
             src, exe = os.path.join(d, "micro.c"), os.path.join(d, "micro")
             with open(src, "w") as f:
                 f.write(_MICRO)
-            flags = [x for x in KERNEL_CFLAGS if x not in ("-fPIC", "-fvisibility=hidden")]
+            flags = [x for x in kernel_cflags(cc) if x not in ("-fPIC", "-fvisibility=hidden")]
             try:
                 subprocess.run([cc, *flags, src, "-o", exe, "-lm"], check=True, capture_output=True, timeout=60)
                 out = subprocess.run([exe], check=True, capture_output=True, text=True, timeout=60).stdout.split()

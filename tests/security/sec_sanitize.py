@@ -2,7 +2,7 @@
 
 evonnx's build passes extra cflags to the kernels' compile step only (its link has `-Wl,-z,defs` and no
 `-fsanitize`), so the sanitized library is compiled and linked here from the pieces the build exposes: the
-generated `kernels.c` (from `optimize(..., dump_dir=...)`), the compile flags (`evonnx.toolchain.KERNEL_CFLAGS`),
+generated `kernels.c` (from `optimize(..., dump_dir=...)`), the compile flags (`evonnx.toolchain.kernel_cflags`),
 and the runtime's source and onnxruntime's C API headers (`build.ort_headers_dir()`); the runtime is compiled
 with the sanitizers too. A Python child loads it with the sanitizer runtimes preloaded (`sanitizer_env`).
 """
@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from evonnx.kernels import build
-from evonnx.toolchain import KERNEL_CFLAGS
+from evonnx.toolchain import kernel_cflags
 
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g")
 RUNTIME_DIR = Path(build.__file__).resolve().parent / "runtime"
@@ -104,6 +104,6 @@ class SanitizedBuilder:
         """`out`: the kernels of `kernels_c` and the runtime, both with the sanitizers."""
         runtime = self.runtime()
         obj = out.with_name(out.name + ".o")
-        _run([_cc(), *KERNEL_CFLAGS, *SANITIZE, f"-I{RUNTIME_DIR}", "-c", str(kernels_c), "-o", str(obj)])
+        _run([_cc(), *kernel_cflags(_cc()), *SANITIZE, f"-I{RUNTIME_DIR}", "-c", str(kernels_c), "-o", str(obj)])
         _run([_cxx(), "-shared", "-Wl,-z,defs", *SANITIZE, "-o", str(out), str(runtime), str(obj), "-lm"])
         return out
