@@ -187,6 +187,24 @@ def subgraph_reads(node: gs.Node) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
+    """Tensors a kernel must compute at every element, even where nothing reads them: the results of integer Div
+    and Mod whose divisor is not a constant free of zeros. onnxruntime fails the Run when any divisor element is
+    0, read or not; a kernel checks only the elements it computes, so these results are kernel outputs."""
+    out: set[str] = set()
+    for n in graph.nodes:
+        if n.op not in ("Div", "Mod") or len(n.inputs) < 2 or not n.outputs:
+            continue
+        res = an.tensors.get(n.outputs[0].name)
+        if res is None or res.dtype not in E.INTS:
+            continue
+        divisor = an.tensors.get(n.inputs[1].name)
+        arr = divisor.known.array() if divisor is not None and divisor.known is not None else None
+        if arr is None or not np.all(arr != 0):
+            out.add(n.outputs[0].name)
+    return out
+
+
 def node_reads(node: gs.Node) -> list[str]:
     """The tensors `node` reads: its inputs, then its subgraphs' implicit inputs."""
     return list(dict.fromkeys([t.name for t in node.inputs if t.name] + subgraph_reads(node)))

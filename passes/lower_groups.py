@@ -17,7 +17,7 @@ from evonnx.errors import InternalError
 from evonnx.expr import Expr, Load, is_exact, walk
 from evonnx.index import Poly, Sym, overflows, var
 from evonnx.passes import lazy as L
-from evonnx.passes.analyze import Analysis, node_reads
+from evonnx.passes.analyze import Analysis, computed_whole, node_reads
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import VALUE_INPUTS, Value, lower_node
 from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec, Rejection, SizeCheck
@@ -58,6 +58,10 @@ def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis) -> set[str]:
                     if i not in needed:
                         needed.add(i)
                         changed = True
+    whole = computed_whole(g, an)  # a live group computes these whole (their inputs are its inputs already)
+    for outs, _ in units[:len(plan.groups)]:
+        if any(o in needed for o in outs):
+            needed.update(o for o in outs if o in whole)
     return needed
 
 

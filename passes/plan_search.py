@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
 
-from evonnx.passes.analyze import Analysis, subgraph_reads
+from evonnx.passes.analyze import Analysis, computed_whole, subgraph_reads
 from evonnx.passes.classify import MapKind, classify
 from evonnx.passes.cost_model import CostModel, NodeStats, Ops
 from evonnx.passes.dependences import DepInfo
@@ -49,7 +49,7 @@ class _Costing:
 
     def __init__(self, g: gs.Graph, an: Analysis, gr: _Graph, st: NodeStats, cm: CostModel):
         self.gr, self.st, self.cm = gr, st, cm
-        outputs = {t.name for t in g.outputs}
+        outputs = {t.name for t in g.outputs} | computed_whole(g, an)  # both are materialised
         self.out_names = [[t.name for t in n.outputs] for n in gr.nodes]
         self.consumers: list[list[tuple[int, str]]] = [[] for _ in gr.nodes]  # (consumer, tensor) over data edges
         self.any_consumers: dict[str, list[int]] = {}

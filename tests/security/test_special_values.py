@@ -154,3 +154,22 @@ def test_integer_division_by_zero_fails_the_run(op: str, dtype: int, tmp_path: P
     assert result.status == "ok" and result.fused >= 1, result.note
     assert not result.findings, result.findings
     assert result.runs_both_failed == 2, result.note
+
+
+# onnxruntime computes the whole Div/Mod and fails on a zero divisor in any element, even one that nothing reads;
+# the fused kernel computes such a result whole (analyze.computed_whole), so it fails too. The divisor is
+# c * (x1 * 0 + 1) = [0, 1] per row, not a plan-time constant; only column 1 (divisor 1) is read.
+@pytest.mark.parametrize("op", ["Div", "Mod"])
+def test_integer_division_by_zero_in_an_unread_element_fails_the_run(op: str, tmp_path: Path) -> None:
+    nodes = [node("Mul", ["x1", "zero"], ["z"]), node("Add", ["z", "one"], ["o"]), node("Mul", ["o", "c"], ["d"]),
+             node(op, ["x0", "d"], ["q"]), node("Slice", ["q", "st", "en", "ax"], ["s"]),
+             node("Add", ["s", "s"], ["y"])]
+    model = make_model(nodes, [("x0", I64, ["N", 2]), ("x1", I64, ["N", 2])], [("y", I64, 2)],
+                       {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "c": np.array([0, 1], np.int64),
+                        "st": np.array([1], np.int64), "en": np.array([2], np.int64), "ax": np.array([1], np.int64)})
+    result = check_case(case_from_model(model, [{"N": 1}, {"N": 3}, {"N": 0}], value_regime="small"), tmp_path,
+                        tmp_path / "marker")
+    assert result.status == "ok" and result.fused >= 1, result.note
+    assert not result.findings, result.findings
+    # N = 0: no element, no division, no error in either; N = 1 and 3: both fail the Run
+    assert result.runs_both_failed == 2 and result.runs_compared == 1, result.note
