@@ -26,7 +26,8 @@ EVO_FN double evo_abs_f64(double x) { return fabs(x); }
 EVO_FN float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
 EVO_FN double evo_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 EVO_FN float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(evo_expf(-x)) : log1pf(evo_expf(x)); }
-EVO_FN double evo_softplus_f64(double x) { return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+/* onnxruntime's double Softplus is log(exp(x) + 1): inf above x = 709.78, where the float one stays finite */
+EVO_FN double evo_softplus_f64(double x) { return log(exp(x) + 1.0); }
 
 /* Integer division and remainder: truncating like C, wrapping on MIN/-1, and 0 instead of a trap on /0. A divisor
  * that may be 0 goes through evo_nz_*, which records a zero in the task's flag: the CPU kernel then fails the Run,
@@ -62,7 +63,7 @@ EVO_UNSIGNED_DIV(uint64_t, u64)
 
 /* Float to integer Cast as onnxruntime's kernels do it on their device. On the CPU (x86-64) a static_cast is a
  * cvtt* instruction: NaN and values outside the 32- or 64-bit range give the "integer indefinite" INT_MIN, and the
- * narrower types truncate that 32-bit result (uint32 goes through 64 bits). C leaves out-of-range conversions
+ * narrower types truncate that 32-bit result (float to uint32/uint64 stays with onnxruntime). C leaves out-of-range conversions
  * undefined (gcc may fold (float)(int64_t)x into truncf), so the range is tested first. On the GPU a conversion
  * saturates (NaN gives 0), which is what onnxruntime's CUDA Cast computes. */
 #ifdef __CUDACC__
@@ -78,6 +79,5 @@ EVO_F2I(int64_t, i64, i64w)
 EVO_F2I(int32_t, i32, i32w)
 EVO_F2I(int16_t, i16, i32w)
 EVO_F2I(int8_t, i8, i32w)
-EVO_F2I(uint32_t, u32, i64w)
 EVO_F2I(uint16_t, u16, i32w)
 EVO_F2I(uint8_t, u8, i32w)

@@ -735,7 +735,9 @@ def concrete_shape(t: Tensor, plan: dict[str, int]) -> list[int]:
 # The "grid" regime: input k of n elements holds GRID[(i // len**k) % len] at flat position i, so that inputs of
 # len**count elements meet every combination of these values.
 _F32 = np.finfo(np.float32)
+_F64 = np.finfo(np.float64)
 GRID = {"float32": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 1e-40, _F32.max, _F32.min],
+        "float64": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 5e-324, _F64.max, _F64.min],
         **{t: [np.iinfo(t).min, np.iinfo(t).max, 0, 1, -1, 2, -2, 7, np.iinfo(t).min + 1, np.iinfo(t).max - 1]
            for t in ("int64", "int32", "int16", "int8")},
         **{t: [0, 1, 2, 7, np.iinfo(t).max, np.iinfo(t).max - 1] for t in ("uint8", "uint16", "uint32", "uint64")},
@@ -753,11 +755,11 @@ def make_feeds(inputs: Sequence[Tensor], plan: dict[str, int], regime: str, seed
             n = int(np.prod(shape))
             feeds[t.name] = g[(np.arange(n) // len(g) ** k) % len(g)].reshape(shape)
             continue
-        if t.dtype == "float32":
+        if t.dtype in ("float32", "float64"):
             scale = {"small": 2.0, "wide": 400.0, "extreme": 1e30, "special": 3.0}[regime]
-            arr = np.asarray(rng.standard_normal(shape) * scale, dtype=np.float32)
+            arr = np.asarray(rng.standard_normal(shape) * scale, dtype=t.dtype)
             if regime == "special" and arr.size:
-                specials = np.array([np.inf, -np.inf, np.nan, -0.0, 1e-40, 0.0], np.float32)
+                specials = np.array([np.inf, -np.inf, np.nan, -0.0, 1e-40, 0.0], t.dtype)
                 mask = rng.random(shape) < 0.3
                 arr[mask] = rng.choice(specials, size=int(mask.sum()))
         elif t.dtype == "bool":

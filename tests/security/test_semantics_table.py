@@ -1,0 +1,266 @@
+"""The semantics table (issue 16): every op evonnx fuses, for every element type onnxruntime runs it on, on a grid of
+special values (NaN, +-0, +-inf, denormals, the type's min and max, -1, 1; `sec_graphs.GRID`) and at sizes 0, 1
+and 2, compared with onnxruntime 1.31 on the original model value for value (bit for bit where the op is exact)
+and error for error.
+
+One model per element type and family (elementwise exact / inexact, Cast to every type, reductions, Where and
+Clip, views, scatters): each op reads Transposes of the inputs and is Transposed back, so the planner fuses it
+(a lone op between graph inputs and outputs gains nothing from a kernel). An op onnxruntime does not implement
+for a type is left out (probed with a one-node session). Every op node that evonnx's lowering accepts must end
+up fused; those it rejects stay with onnxruntime, which is correct by construction.
+
+Where onnxruntime departs from the spec or from the obvious formula, evonnx follows it:
+- double Softplus is log(exp(x) + 1), inf from x = 709.8 (float uses the stable form and stays finite);
+- float attributes are float32, defaults included: a double LeakyRelu multiplies by (double)0.01f;
+- float to uint32 out of range gives 0 or 2^31 depending on whether the element falls in a SIMD block or the
+  scalar tail, so that Cast (and float to uint64) stays with onnxruntime;
+- double LogSoftmax of a row holding NaN or +-inf gives lane-dependent values ([1, 2, nan, 3] -> [40.05, 41.05,
+  nan, 42.05]), so it stays with onnxruntime; float LogSoftmax gives NaN, as evonnx does;
+- integer Div/Mod by zero fails the Run (test_special_values), so they are not in the exact elementwise family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+from sec_graphs import GRID, case_from_model
+from sec_models import make_model, node
+from sec_oracle import check_case
+
+from evonnx.passes.analyze import analyze
+from evonnx.passes.lazy import Reject
+
+DT = {"float32": T.FLOAT, "float64": T.DOUBLE, "int8": T.INT8, "int16": T.INT16, "int32": T.INT32,
+      "int64": T.INT64, "uint8": T.UINT8, "uint16": T.UINT16, "uint32": T.UINT32, "uint64": T.UINT64,
+      "bool": T.BOOL}
+UNARY = ["Abs", "Neg", "Ceil", "Floor", "Round", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Sin", "Cos",
+         "Erf", "Relu", "Sign", "IsNaN", "Not", "Softplus", "HardSigmoid", "LeakyRelu", "Identity"]
+BINARY = ["Add", "Sub", "Mul", "Div", "Mod", "Mod-fmod", "Pow", "Min", "Max", "Equal", "Less", "LessOrEqual",
+          "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Sum", "Mean"]
+VARIADIC3 = ["Sum", "Mean", "Min", "Max"]
+BOOL_OUT = {"IsNaN", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not"}
+INEXACT = {"Exp", "Log", "Sigmoid", "Tanh", "Sin", "Cos", "Erf", "Softplus", "Pow", "HardSigmoid"}
+REDUCE = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceLogSum",
+          "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"]
+REDUCE_INEXACT = {"ReduceSum", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                  "ReduceSumSquare"}
+# Nodes evonnx lowers that the default cost model (EVONNX_COST_MODEL=defaults, as in every security test) leaves
+# to onnxruntime in these models, by (type, op): strided reductions over x0's leading axis that it prices as
+# slower fused. The same ops are fused and compared in the other types.
+LEFT_BY_COST = {("int8", "ReduceMax"), ("int8", "ReduceMin"), ("uint8", "ReduceMax"), ("uint8", "ReduceMin"),
+                ("float64", "ReduceLogSumExp"), ("float32", "ReduceLogSumExp")}
+PLANS = [{"N": 1}, {"N": 0}, {"N": 2}]
+
+
+def _op(op: str, ins: list[str], out: str) -> onnx.NodeProto:
+    if op.startswith("Mod"):
+        return node("Mod", ins, [out], fmod=int(op == "Mod-fmod"))
+    return node(op, ins, [out])
+
+
+@cache
+def _ort_runs(model_bytes: bytes) -> bool:
+    try:
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        sess.run(None, {i.name: np.ones([d if isinstance(d, int) else 1 for d in i.shape],
+                                        np.dtype(_NP[i.type])) for i in sess.get_inputs()})
+        return True
+    except Exception:  # noqa: BLE001 - NOT_IMPLEMENTED, type errors, fmod=0 on floats: all mean "not this type"
+        return False
+
+
+_NP = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(bool)": "bool",
+       **{f"tensor({t})": t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}}
+
+
+def _runs(nodes: list[onnx.NodeProto], inputs: list[tuple[str, int, list]], outputs: list[tuple[str, int, int]],
+          inits: dict | None = None) -> bool:
+    return _ort_runs(make_model(nodes, inputs, outputs, inits or {}).SerializeToString())
+
+
+def _helper(op: str, ins: list[str], outs: list[str], **attrs: object) -> onnx.NodeProto:
+    """A node around the op under test (its Transposes, a Neg): it may stay with onnxruntime with that op."""
+    return helper.make_node(op, ins, outs, name=f"helper_{outs[0]}", **attrs)
+
+
+def _wrapped(tag: str, inputs: list[str], make: Callable[[list[str], str], onnx.NodeProto],
+             perm: tuple[int, ...] = (1, 0)) -> list[onnx.NodeProto]:
+    """Transpose(inputs) -> make(...) -> Transpose -> `r_<tag>`: each op with Transposes of its own, so that fusing
+    them is worth a kernel."""
+    pre = [_helper("Transpose", [x], [f"{tag}_{x}"], perm=list(perm)) for x in inputs]
+    return [*pre, make([f"{tag}_{x}" for x in inputs], f"{tag}_d"),
+            _helper("Transpose", [f"{tag}_d"], [f"r_{tag}"], perm=list(perm))]
+
+
+def _elementwise(dt: str, exact: bool) -> tuple[onnx.ModelProto, bool] | None:
+    g = len(GRID[dt])
+    nodes, outs = [], []
+    ops = [(o, 1) for o in UNARY] + [(o, 2) for o in BINARY] + [(o, 3) for o in VARIADIC3]
+    for o, arity in ops:
+        if (o in INEXACT) == exact or (o in ("Div", "Mod", "Mod-fmod") and dt not in ("float32", "float64")):
+            continue
+        otype = T.BOOL if o in BOOL_OUT else DT[dt]
+        if not _runs([_op(o, [f"x{k}" for k in range(arity)], "r")], [(f"x{k}", DT[dt], [2]) for k in range(arity)],
+                     [("r", otype, 1)]):
+            continue
+        nodes += _wrapped(f"{o}_{arity}", [f"x{k}" for k in range(arity)], lambda i, r, o=o: _op(o, i, r))
+        outs.append((f"r_{o}_{arity}", otype, 2))
+    if not outs:
+        return None
+    return make_model(nodes, [(f"x{k}", DT[dt], ["N", g ** 3]) for k in range(3)], outs, {}), exact
+
+
+def _casts(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    nodes, outs = [], []
+    for to, tp in DT.items():
+        if not _runs([node("Cast", ["x0"], ["r"], to=tp)], [("x0", DT[dt], [2])], [("r", tp, 1)]):
+            continue
+        nodes += _wrapped(to, ["x0"], lambda i, r, tp=tp: node("Cast", i, [r], to=tp))
+        outs.append((f"r_{to}", tp, 2))
+    return make_model(nodes, [("x0", DT[dt], ["N", len(GRID[dt])])], outs, {}), True
+
+
+def _reductions(dt: str, exact: bool) -> tuple[onnx.ModelProto, bool] | None:
+    # over x0's leading axis (the Transposed axis 1): onnxruntime's row-0 NaN rule, see test_special_values
+    nodes, outs = [], []
+    axes = {"ax": np.array([1], np.int64)}
+    for op in REDUCE:
+        if exact and op in REDUCE_INEXACT and dt in ("float32", "float64"):
+            continue
+        if not exact and (op not in REDUCE_INEXACT or dt not in ("float32", "float64")):
+            continue
+        if op.startswith("Arg"):
+            otype, mk = T.INT64, lambda i, o, op=op: node(op, [i], [o], axis=1, keepdims=1)
+        else:
+            otype, mk = DT[dt], lambda i, o, op=op: node(op, [i, "ax"], [o], keepdims=1)
+        if not _runs([mk("x0", "r")], [("x0", DT[dt], [2, 3])], [("r", otype, 2)], axes):
+            continue
+        if op == "ReduceLogSum":  # of |x|: the log of a sum that cancels to near 0 is not comparable at any rtol
+            nodes.append(_helper("Abs", ["x0"], ["abs_x0"]))
+        nodes += _wrapped(op, ["abs_x0" if op == "ReduceLogSum" else "x0"], lambda i, r, mk=mk: mk(i[0], r))
+        outs.append((f"r_{op}", otype, 2))
+    if not outs:
+        return None
+    return make_model(nodes, [("x0", DT[dt], [len(GRID[dt]), "N"])], outs, axes), exact
+
+
+def _softmax(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    # evonnx fuses a Softmax over a last axis of at most 8 elements (longer ones are faster in onnxruntime)
+    nodes, outs = [], []
+    for op in ("Softmax", "LogSoftmax"):
+        if not _runs([node(op, ["x0"], ["r"], axis=-1)], [("x0", DT[dt], [2, 8])], [("r", DT[dt], 2)]):
+            continue
+        # Neg before and after (Softmax runs on float types only): the Transposes alone are not worth a kernel
+        nodes += [_helper("Neg", ["x0"], [f"n_{op}"]), node(op, [f"n_{op}"], [f"s_{op}"], axis=-1),
+                  _helper("Neg", [f"s_{op}"], [f"r_{op}"])]
+        outs.append((f"r_{op}", DT[dt], 3))
+    if not outs:
+        return None
+    # a fixed small size: at a symbolic one the default cost model prices evonnx's exp above onnxruntime's Softmax
+    return make_model(nodes, [("x0", DT[dt], [3, len(GRID[dt]), 8])], outs, {}), False
+
+
+def _where_clip(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    g = len(GRID[dt])
+    nodes, outs = [], []
+    if _runs([node("Where", ["c", "x0", "x1"], ["r"])], [("c", T.BOOL, [2]), ("x0", DT[dt], [2]),
+                                                        ("x1", DT[dt], [2])], [("r", DT[dt], 1)]):
+        nodes += _wrapped("where", ["c", "x0", "x1"], lambda i, r: node("Where", i, [r]))
+        outs.append(("r_where", DT[dt], 2))
+    inits: dict[str, np.ndarray] = {}
+    if dt != "bool":
+        v = GRID[dt]
+        bounds = [(v[3], v[-3]), (v[2], v[3]), (v[0], v[1])]  # ordinary, lo = hi, lo > hi or extremes
+        if dt.startswith("float"):
+            bounds += [(np.nan, 1.0), (-1.0, np.nan), (np.inf, -np.inf)]  # NaN bounds are ignored
+        for k, (lo, hi) in enumerate(bounds):
+            inits[f"lo{k}"], inits[f"hi{k}"] = np.array(lo, dt), np.array(hi, dt)
+            if not _runs([node("Clip", ["x0", "lo", "hi"], ["r"])], [("x0", DT[dt], [2])], [("r", DT[dt], 1)],
+                         {"lo": inits[f"lo{k}"], "hi": inits[f"hi{k}"]}):
+                break
+            nodes += _wrapped(f"clip{k}", ["x0"], lambda i, r, k=k: node("Clip", [*i, f"lo{k}", f"hi{k}"], [r]))
+            outs.append((f"r_clip{k}", DT[dt], 2))
+    if not outs:
+        return None
+    used = {i for n in nodes for i in n.input}
+    return make_model(nodes, [(x, DT[dt] if x != "c" else T.BOOL, ["N", g * g]) for x in ("x0", "x1", "c")],
+                      outs, {k: a for k, a in inits.items() if k in used}), True
+
+
+def _views(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    g = max(len(GRID[dt]), 3)
+
+    def i64(*v: int) -> np.ndarray:
+        return np.array(v, np.int64)
+
+    inits = {"s0": i64(-1), "s1": i64(-(2**63)), "sa": i64(1), "ss": i64(-2), "gi": i64(2, 0, -1),
+             "ex": i64(3, 1, 1), "rp": i64(1, 2), "sh": i64(0, -1, 2), "uq": i64(0), "sp": i64(g, g)}
+    nodes = [node("Slice", ["x0", "s0", "s1", "sa", "ss"], ["a"]), node("Gather", ["x1", "gi"], ["b"], axis=1),
+             node("Concat", ["a", "b"], ["c"], axis=1), node("Unsqueeze", ["c", "uq"], ["d"]),
+             node("Expand", ["d", "ex"], ["e"]), node("Transpose", ["e"], ["f"], perm=[2, 1, 0]),
+             node("Flatten", ["f"], ["h"], axis=2), node("Transpose", ["h"], ["r_view1"], perm=[1, 0]),
+             node("Tile", ["x1", "rp"], ["tl"]), node("Split", ["tl", "sp"], ["p", "q"], axis=1),
+             node("Reshape", ["q", "sh"], ["rs"]), node("Transpose", ["rs"], ["r_view2"], perm=[2, 0, 1])]
+    model = make_model(nodes, [("x0", DT[dt], ["N", g]), ("x1", DT[dt], ["N", g])],
+                       [("r_view1", DT[dt], 2), ("r_view2", DT[dt], 3)], inits)
+    return (model, True) if _ort_runs(model.SerializeToString()) else None
+
+
+def _scatters(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    # constant indices that write each element once, reversed: ScatterND over rows [n, N], ScatterElements over a
+    # [n, 1] column (its indices must have the updates' shape, so no size symbol there)
+    n = len(GRID[dt])
+    idx = np.arange(n, dtype=np.int64)[::-1].copy().reshape(n, 1)
+    nodes = [*_wrapped("se", ["y0", "y1"], lambda i, r: node("ScatterElements", [i[0], "si", i[1]], [r], axis=0)),
+             *_wrapped("sn", ["x0", "x1"], lambda i, r: node("ScatterND", [i[0], "ni", i[1]], [r]))]
+    model = make_model(nodes, [("x0", DT[dt], ["N", n]), ("x1", DT[dt], ["N", n]), ("y0", DT[dt], [1, n]),
+                               ("y1", DT[dt], [1, n])], [("r_se", DT[dt], 2), ("r_sn", DT[dt], 2)],
+                       {"si": idx, "ni": idx})
+    return (model, True) if _ort_runs(model.SerializeToString()) else None
+
+
+FAMILIES = {
+    "elementwise": lambda dt: _elementwise(dt, True), "elementwise-inexact": lambda dt: _elementwise(dt, False),
+    "cast": _casts, "reduce": lambda dt: _reductions(dt, True), "reduce-inexact": lambda dt: _reductions(dt, False),
+    "softmax": _softmax, "where-clip": _where_clip, "views": _views, "scatters": _scatters,
+}
+# only the (type, family) pairs with an op onnxruntime runs: nothing to compare otherwise
+TABLE = [(dt, fam) for dt in DT for fam, make in FAMILIES.items() if make(dt) is not None]
+
+
+def _lowered_alone(model: onnx.ModelProto) -> set[str]:
+    """Names of the nodes whose lowering evonnx accepts (the ones that must end up fused)."""
+    g = gs.import_onnx(onnx.shape_inference.infer_shapes(model))
+    an = analyze(g, 18)
+    return {n.name for n in g.nodes if not isinstance(an.lowered.get(n.name, Reject("")), Reject)}
+
+
+@pytest.mark.parametrize(("dtype", "family"), TABLE, ids=[f"{d}-{f}" for d, f in TABLE])
+def test_semantics_table(dtype: str, family: str, tmp_path: Path) -> None:
+    made = FAMILIES[family](dtype)
+    assert made is not None
+    model, exact = made
+    plans = PLANS if any(d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim) else [{}]
+    result = check_case(case_from_model(model, plans, exact=exact, value_regime="grid"), tmp_path,
+                        tmp_path / "marker")
+    assert result.status == "ok", result.note
+    assert not result.findings, "\n".join(result.findings)
+    assert result.runs_compared + result.runs_both_failed == len(plans), result.note
+    assert result.runs_compared >= min(2, len(plans)), result.note
+    fused_alone = {name for name in _lowered_alone(model) if not name.startswith("helper_")}
+    optimized = onnx.load(tmp_path / "out" / "model.opt.onnx")
+    left = sorted(n.name for n in optimized.graph.node
+                  if n.name in fused_alone and (dtype, n.op_type) not in LEFT_BY_COST)
+    assert not left, f"evonnx lowers these nodes but left them to onnxruntime: {left}"
+    assert result.fused >= 1 or not fused_alone
