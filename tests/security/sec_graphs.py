@@ -274,11 +274,17 @@ class Builder:
         x = self.pick(lambda t: self.numeric(t) and self.small(t), "binary x")
         if x is None:
             return False
-        op = self.draw(st.sampled_from(["Add", "Sub", "Mul", "Div", "Min", "Max"]))
-        int_div = op == "Div" and x.dtype != "float32"
-        other, shape = self.partner(x, nonzero=int_div)
-        ins = [x.name, other] if int_div or self.draw(st.booleans()) else [other, x.name]
-        (y,) = self.node(op, ins)
+        op = self.draw(st.sampled_from(["Add", "Sub", "Mul", "Div", "Min", "Max", "Mod"]))
+        attrs = {"fmod": 1} if op == "Mod" and x.dtype == "float32" else {}  # fmod=0 is for integers only
+        divides = op in ("Div", "Mod") and x.dtype != "float32"
+        # an integer divisor that is a run-time tensor may hold 0 (onnxruntime fails the Run: issue 16)
+        runtime_divisor = divides and self.draw(st.booleans())
+        other, shape = self.partner(x, nonzero=divides and not runtime_divisor)
+        if runtime_divisor:
+            ins = [other, x.name]
+        else:
+            ins = [x.name, other] if divides or self.draw(st.booleans()) else [other, x.name]
+        (y,) = self.node(op, ins, **attrs)
         self.add(y, x.dtype, shape)
         return True
 
