@@ -36,7 +36,11 @@ REGIMES = ("small", "image", "wide")
 class AmbiguousInputs(Exception):  # noqa: N818 - a condition, not an error
     """No input set at these shapes has one defined result: a scatter must write some element twice (more index
     rows than the data has elements), and the ONNX spec leaves the order, so onnxruntime's result, open."""
-_TRANSPARENT = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"}
+# Nodes whose output holds the values of their input in these slots (moved, repeated, selected): a constraint
+# found past them holds for that input too (`_use`).
+_TRANSPARENT = {"Cast": (0,), "Identity": (0,), "Unsqueeze": (0,), "Squeeze": (0,), "Reshape": (0,),
+                "Flatten": (0,), "Transpose": (0,), "Expand": (0,), "Tile": (0,), "Slice": (0,), "Gather": (0,),
+                "Where": (1, 2)}
 
 
 def _float_values(rng: np.random.Generator, shape: Sequence[int], regime: str) -> np.ndarray:
@@ -107,7 +111,7 @@ def _use(name: str, consumers: Mapping[str, list[tuple[onnx.NodeProto, int]]]) -
         nxt = []
         for t in frontier:
             for n, k in consumers.get(t, []):
-                if n.op_type in _TRANSPARENT and k == 0 and n.domain in ("", "ai.onnx"):
+                if k in _TRANSPARENT.get(n.op_type, ()) and n.domain in ("", "ai.onnx"):
                     for o in n.output:
                         if o and o not in seen:
                             seen.add(o)

@@ -5,7 +5,8 @@
   generators such as Range and ConstantOfShape);
 - reduction (many-to-one): ReduceSum/Mean/Max/Min/Prod, ArgMax/ArgMin, Softmax, LogSoftmax;
 - reorganize: views that move elements without computing (Reshape, Transpose, Slice, Squeeze, Concat, Split, ...);
-- shuffle: data movement through an index map (Gather with index arrays, ScatterND, ScatterElements);
+- shuffle: data movement through an index map (Gather with index arrays, GatherElements, ScatterND,
+  ScatterElements);
 - opaque: everything evonnx leaves to onnxruntime.
 
 The planners derive legality and profitability from these: opaque nodes are barriers; a reduction feeding a
@@ -34,7 +35,7 @@ class MapKind(Enum):
 REORGANIZE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Concat",
                             "Split", "Shape", "Size"})
 BROADCAST_OPS = frozenset({"Expand", "Tile", "Range", "ConstantOfShape"})
-SHUFFLE_OPS = frozenset({"ScatterND", "ScatterElements"})
+SHUFFLE_OPS = frozenset({"ScatterND", "ScatterElements", "GatherElements"})
 
 
 def classify(node: gs.Node, an: Analysis) -> MapKind:

@@ -321,6 +321,20 @@ def take(x: Lazy, axis: int, indices: np.ndarray) -> Lazy:
     return remap(x, out_shape, m)
 
 
+def take_along(x: Lazy, axis: int, indices: np.ndarray) -> Lazy:
+    """GatherElements along `axis` with constant, already normalised (non-negative, in-range) indices of x's rank:
+    out[i] = x[i with axis k replaced by indices[i]], of the indices' shape."""
+    ind = indices.astype(np.int64)
+    out_shape = tuple(Poly.of(int(d)) for d in ind.shape)
+    table = Table(f"idx{next(_table_ids)}", tuple(int(v) for v in ind.reshape(-1)))
+
+    def m(idx: Index) -> Index:
+        pick = Poly.of(int(ind.reshape(-1)[0])) if ind.size == 1 else lookup(table, _flat(idx, out_shape))
+        return idx[:axis] + (pick,) + idx[axis + 1:]
+
+    return remap(x, out_shape, m)
+
+
 def broadcast_to(x: Lazy, shape: Sequence[Poly]) -> Lazy:
     """numpy broadcasting of x to `shape` (right-aligned; size-1 axes repeat)."""
     shape = tuple(shape)

@@ -418,6 +418,39 @@ def _gather(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[La
     return [L.take(x, axis, ind)]
 
 
+def _gather_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    x = args[0]
+    axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
+    ind = vals[1].array() if vals[1] is not None else None
+    if ind is None:
+        raise Reject("GatherElements indices are data-dependent")
+    if ind.ndim != x.rank:
+        raise Reject("GatherElements indices of another rank than the data")  # onnxruntime fails too
+    if ind.size == 0:
+        raise Reject("GatherElements with no indices")
+    # onnxruntime fails the Run when an index is out of the axis, or when an indices dim other than the axis
+    # exceeds the data's: the kernel checks the same at run time where the data's dims are symbolic
+    for k in range(x.rank):
+        if k == axis:
+            continue
+        d = x.shape[k]
+        if d.const is None:
+            L.require_le(Poly.of(int(ind.shape[k])), d, f"GatherElements indices dim {k} must not exceed the data's")
+        elif ind.shape[k] > d.const:
+            raise Reject(f"GatherElements indices dim {k} exceeds the data's")
+    d = x.shape[axis]
+    lo, hi = int(ind.min()), int(ind.max())
+    if d.const is None:
+        if lo < 0:
+            raise Reject("GatherElements with negative indices on a symbolic axis")
+        L.require_le(Poly.of(hi + 1), d, f"GatherElements index {hi} must be below the size of axis {axis}")
+    else:
+        if lo < -d.const or hi >= d.const:
+            raise Reject(f"GatherElements index out of range for axis size {d.const}")
+        ind = np.where(ind < 0, ind + d.const, ind)
+    return [L.take_along(x, axis, ind)]
+
+
 def _concat(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
     xs = [a for a in args if a is not None]
     axis = _axis(int(attrs["axis"]), xs[0].rank, op)
@@ -851,7 +884,8 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
     "Mean": _variadic("mean"),
     "Identity": _identity, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze, "Transpose": _transpose, "Expand": _expand, "Tile": _tile, "Slice": _slice,
-    "Gather": _gather, "Concat": _concat, "Split": _split, "Shape": _shape, "Size": _size,
+    "Gather": _gather, "GatherElements": _gather_elements, "Concat": _concat, "Split": _split, "Shape": _shape,
+    "Size": _size,
     "ConstantOfShape": _constant_of_shape, "Range": _range, "ScatterND": _scatter_nd,
     "ScatterElements": _scatter_elements,
     "ReduceSum": _reducer("sum"), "ReduceMean": _reducer("mean"), "ReduceMax": _reducer("max"),
@@ -865,7 +899,8 @@ LOWER: dict[str, Callable[..., list[Lazy]]] = {
 # its producer in a fused group.
 VALUE_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
-    "Gather": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Shape": (0,), "Size": (0,),
+    "Gather": (1,), "GatherElements": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Shape": (0,),
+    "Size": (0,),
     "ScatterND": (1,), "ScatterElements": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
     "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),

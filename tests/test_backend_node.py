@@ -321,7 +321,8 @@ def _check_case(name: str, tmp_path_factory: pytest.TempPathFactory, freeze: boo
     case_nodes = {prefix + (n.name or f"node{k}") for k, n in enumerate(MODELS[name].graph.node)}
     fused = case_nodes & {n for k in batch.result.kernels for n in k.source_nodes}
     if not fused:
-        pytest.skip("evonnx fuses nothing of this case")
+        reasons = {f"{r.op}: {r.reason}" for r in batch.result.plan.rejected if r.node in case_nodes}
+        pytest.skip(f"evonnx fuses nothing of this case ({'; '.join(sorted(reasons))[:300] or 'no reason'})")
     outputs = _run(batch)
     expected = batch.expected[name]
     try:

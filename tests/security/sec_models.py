@@ -54,6 +54,17 @@ def around(op: Sequence[onnx.NodeProto], src: str, dst: str) -> list[onnx.NodePr
             node("Mul", ["ad", "c"], ["y"])]
 
 
+# -- GatherElements with constant indices over symbolic data dims ---------------------------------------------------
+def gather_elements_symbolic(axis: int) -> Regression:
+    # data x[N, 4], indices [2, 4] in [0, 2): onnxruntime errors when N < 2 (axis 0: an index reaches N; axis 1:
+    # the indices' dim 0 exceeds the data's); the kernel checks both at run time
+    ind = np.array([[1, 0, 1, 0], [0, 1, 1, 0]], np.int64) if axis == 0 else np.array([[3, 0, -1, 1], [0, 1, 2, -4]],
+                                                                                         np.int64)
+    model = make_model(around([node("GatherElements", ["a", "i"], ["g"], axis=axis)], "a", "g"),
+                       [("x", F, ["N", 4])], [("y", F, 2)], {"i": ind, "c": np.arange(1, 5, dtype=np.float32)})
+    return Regression(model, sizes("N", [0, 1, 2, 3, 7]), note=f"GatherElements(x[N,4], [2,4] const, axis={axis})")
+
+
 # -- a constant scalar Gather index on a symbolic axis -------------------------------------------------------------
 def gather_scalar(index: int) -> Regression:
     # onnxruntime errors when the index is out of [-N, N): at N=0 for every index, at N=1 and 2 for index 2.
@@ -384,6 +395,8 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out: dict[str, Callable[[], Regression]] = {}
     for i in (0, -1, 2):
         out[f"gather-scalar-index/{i}"] = lambda i=i: gather_scalar(i)
+    for axis in (0, 1):
+        out[f"gather-elements-symbolic/axis{axis}"] = lambda a=axis: gather_elements_symbolic(a)
     out["scatternd-rows/const-updates"] = scatternd_rows
     out["scatternd-rows/data-updates"] = scatternd_data_dependent_updates
     for key in EXTREME_CONSTANTS:

@@ -219,14 +219,16 @@ def _views(dt: str) -> tuple[onnx.ModelProto, bool] | None:
 
 def _scatters(dt: str) -> tuple[onnx.ModelProto, bool] | None:
     # constant indices that write each element once, reversed: ScatterND over rows [n, N], ScatterElements over a
-    # [n, 1] column (its indices must have the updates' shape, so no size symbol there)
+    # [n, 1] column (its indices must have the updates' shape, so no size symbol there); GatherElements reads
+    # that column back in reverse through negative indices
     n = len(GRID[dt])
     idx = np.arange(n, dtype=np.int64)[::-1].copy().reshape(n, 1)
     nodes = [*_wrapped("se", ["y0", "y1"], lambda i, r: node("ScatterElements", [i[0], "si", i[1]], [r], axis=0)),
-             *_wrapped("sn", ["x0", "x1"], lambda i, r: node("ScatterND", [i[0], "ni", i[1]], [r]))]
+             *_wrapped("sn", ["x0", "x1"], lambda i, r: node("ScatterND", [i[0], "ni", i[1]], [r])),
+             *_wrapped("ge", ["y0"], lambda i, r: node("GatherElements", [i[0], "gi"], [r], axis=0))]
     model = make_model(nodes, [("x0", DT[dt], ["N", n]), ("x1", DT[dt], ["N", n]), ("y0", DT[dt], [1, n]),
-                               ("y1", DT[dt], [1, n])], [("r_se", DT[dt], 2), ("r_sn", DT[dt], 2)],
-                       {"si": idx, "ni": idx})
+                               ("y1", DT[dt], [1, n])], [("r_se", DT[dt], 2), ("r_sn", DT[dt], 2), ("r_ge", DT[dt], 2)],
+                       {"si": idx, "ni": idx, "gi": idx - n})  # negative indices from the end
     return (model, True) if _ort_runs(model.SerializeToString()) else None
 
 
