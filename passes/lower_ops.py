@@ -16,7 +16,7 @@ import numpy as np
 
 from evonnx import expr as E
 from evonnx.expr import FROM_ONNX_CODE, Const, Expr, IndexVal
-from evonnx.index import Poly, floordiv, is_nonneg, mod, pmax, pmin, product, var
+from evonnx.index import Poly, Table, floordiv, is_nonneg, lookup, mod, pmax, pmin, product, var
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 
@@ -761,19 +761,104 @@ def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: Wri
         old = data.fn(idx)
         if isinstance(cond, Const) and not cond.value:
             return old
-        new = upd_at(upd_idx)
-        if reduction in ("max", "min"):
-            # onnxruntime's ScatterND/ScatterElements take std::max(update, data): a NaN update wins, a NaN
-            # data element is replaced (evo_max(a, b) is `a < b ? b : a`, std::max's order)
-            new = E.binary(_REDUCE[reduction], new, old)
-        elif reduction != "none":
-            new = E.binary(_REDUCE[reduction], old, new)
-        return L.guarded(cond, new, old)
+        return L.guarded(cond, _combine(reduction, old, upd_at(upd_idx)), old)
 
     return Lazy(data.dtype, data.shape, fn)
 
 
+# A scatter whose constant indices are no affine grid (or write a position twice, with a reduction) is lowered
+# through tables over the written positions' bounding box: at most this many slots (times the writes per slot).
+MAX_SCATTER_TABLE = 1 << 16
+_tables = iter(range(1 << 62))
+
+
+def _combine(reduction: str, old: Expr, new: Expr) -> Expr:
+    if reduction in ("max", "min"):
+        # onnxruntime's ScatterND/ScatterElements take std::max(update, data): a NaN update wins, a NaN data
+        # element is replaced (evo_max(a, b) is `a < b ? b : a`, std::max's order)
+        return E.binary(_REDUCE[reduction], new, old)
+    if reduction != "none":
+        return E.binary(_REDUCE[reduction], old, new)
+    return new
+
+
+def _tabled_write(op: str, data: Lazy, upd: Lazy, targets: np.ndarray, axes: Sequence[int],
+                  upd_index: Callable[[Poly, tuple[Poly, ...]], tuple[Poly, ...]], reduction: str) -> Lazy:
+    """`data` with update p (in the indices' row-major order) written at data coordinates `targets[p]` on `axes`
+    (non-negative constants), its element at idx being upd[upd_index(p, idx)]. Positions written more than once
+    take the updates in index order, as onnxruntime's loop does: f(f(data, u_first), u_next)."""
+    if targets.shape[0] == 0:
+        return data
+    ext = [int(targets[:, j].max()) + 1 for j in range(len(axes))]
+    size = int(np.prod(ext))
+    flat = np.ravel_multi_index(tuple(targets.T), ext) if size <= MAX_SCATTER_TABLE else None
+    counts = np.bincount(flat, minlength=size) if flat is not None else None
+    if flat is None or counts is None or int(counts.max()) * size > MAX_SCATTER_TABLE:
+        raise Reject(f"{op} indices span more than {MAX_SCATTER_TABLE} positions (no affine grid)")
+    writes = int(counts.max())
+    if writes > 1 and reduction == "none":
+        raise Reject(f"{op} writes some positions more than once (duplicate indices)")  # the spec leaves the order
+    tables = [[0] * size for _ in range(writes)]
+    seen = [0] * size
+    for pos, slot in enumerate(flat.tolist()):
+        tables[seen[slot]][slot] = pos
+        seen[slot] += 1
+    n = next(_tables)
+    count_t = Table(f"scount{n}", tuple(int(c) for c in counts))
+    write_t = [Table(f"swrite{n}_{r}", tuple(t)) for r, t in enumerate(tables)]
+    for j, a in enumerate(axes):
+        L.require_le(Poly.of(ext[j]), data.shape[a], f"{op} index {ext[j] - 1} on axis {a} must be below its size")
+    ext_p = [Poly.of(e) for e in ext]
+
+    def fn(idx: tuple[Poly, ...]) -> Expr:
+        value = data.fn(idx)
+        coords = [idx[a] for a in axes]
+        inside = _all([E.binary("lt", IndexVal(c), IndexVal(e)) for c, e in zip(coords, ext_p)])
+        slot = pmin(L._flat(tuple(coords), ext_p), Poly.of(size - 1))  # every table read in range, written or not
+        count = lookup(count_t, slot)
+        for r, t in enumerate(write_t):
+            cond = E.binary("and", inside, E.binary("gt", IndexVal(count), IndexVal(Poly.of(r))))
+            value = L.guarded(cond, _combine(reduction, value, upd.fn(upd_index(lookup(t, slot), idx))), value)
+        return value
+
+    return Lazy(data.dtype, data.shape, fn)
+
+
+def _const_indices(ind: np.ndarray, data: Lazy, axes: Sequence[int], op: str) -> np.ndarray:
+    """The plan-time index array as rows over `axes` (its last axis runs over them), normalised non-negative."""
+    ind = ind.astype(np.int64).reshape(-1, len(axes)).copy()
+    for j, a in enumerate(axes):
+        d = data.shape[a].const
+        col = ind[:, j]
+        if d is None:
+            if (col < 0).any():
+                raise Reject(f"{op} negative index on a symbolic axis")
+        else:
+            if ((col < -d) | (col >= d)).any():
+                raise Reject(f"{op} index out of range for axis size {d}")
+            ind[:, j] = np.where(col < 0, col + d, col)
+    return ind
+
+
 def _scatter_nd(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    try:
+        return _scatter_nd_grid(op, attrs, args, vals, n_out)
+    except Reject as why:
+        data, upd = args[0], args[2]
+        ind = vals[1].array() if vals[1] is not None else None
+        reduction = str(attrs.get("reduction", "none"))
+        if ind is None or reduction not in ("none", *_REDUCE) or ind.ndim < 1 or not 1 <= ind.shape[-1] <= data.rank:
+            raise why from None
+        k = int(ind.shape[-1])
+        rows = tuple(Poly.of(int(d)) for d in ind.shape[:-1])
+        if upd.shape != rows + tuple(data.shape[k:]):
+            raise why from None
+        targets = _const_indices(ind, data, range(k), op)
+        return [_tabled_write(op, data, upd, targets, range(k),
+                              lambda p, idx: L._unflat(p, rows) + tuple(idx[k:]), reduction)]
+
+
+def _scatter_nd_grid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
     data, upd = args[0], args[2]
     reduction = str(attrs.get("reduction", "none"))
     if reduction not in ("none", *_REDUCE):
@@ -836,6 +921,29 @@ def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
 
 
 def _scatter_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    try:
+        return _scatter_elements_grid(op, attrs, args, vals, n_out)
+    except Reject as why:
+        data, upd = args[0], args[2]
+        ind = vals[1].array() if vals[1] is not None else None
+        reduction = str(attrs.get("reduction", "none"))
+        axis = int(attrs.get("axis", 0))
+        if ind is None or reduction not in ("none", *_REDUCE) or ind.ndim != data.rank or ind.ndim == 0 \
+                or tuple(Poly.of(int(d)) for d in ind.shape) != upd.shape:
+            raise why from None
+        axis = _axis(axis, data.rank, op)
+        shape = tuple(Poly.of(int(d)) for d in ind.shape)
+        for n in range(data.rank):
+            if n != axis:
+                L.require_le(shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}",
+                             unless=_numel(shape))
+        along = _const_indices(ind, data, [axis], op)
+        grid = np.indices(ind.shape).reshape(ind.ndim, -1).T.copy()  # each update's own coordinates ...
+        grid[:, axis] = along[:, 0]  # ... with the scattered axis replaced by its index
+        return [_tabled_write(op, data, upd, grid, range(data.rank), lambda p, idx: L._unflat(p, shape), reduction)]
+
+
+def _scatter_elements_grid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
     data, upd = args[0], args[2]
     axis = _axis(int(attrs.get("axis", 0)), data.rank, op)
     reduction = str(attrs.get("reduction", "none"))

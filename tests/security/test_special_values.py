@@ -173,3 +173,23 @@ def test_integer_division_by_zero_in_an_unread_element_fails_the_run(op: str, tm
     assert not result.findings, result.findings
     # N = 0: no element, no division, no error in either; N = 1 and 3: both fail the Run
     assert result.runs_both_failed == 2 and result.runs_compared == 1, result.note
+
+
+def _scatter_duplicates_model(op: str, reduction: str) -> object:
+    # every target written twice, in scrambled order (no affine grid): the table lowering folds the updates into the
+    # data in index order, as onnxruntime's loop does; data and updates meet every pair of special values
+    n = G * G
+    targets = np.concatenate([np.arange(n // 2), np.arange(n // 2)[::-1]]).astype(np.int64)
+    if op == "ScatterElements":
+        shape, indices, attrs = [1, n], targets.reshape(1, n), {"axis": 1}
+    else:
+        shape, indices, attrs = [n, 1], targets.reshape(n, 1), {}
+    nodes = [node("Neg", ["x0"], ["d"]), node("Neg", ["x1"], ["u"]),
+             node(op, ["d", "i", "u"], ["r"], reduction=reduction, **attrs), node("Add", ["r", "r"], ["y"])]
+    return make_model(nodes, [("x0", F, shape), ("x1", F, shape)], [("y", F, 2)], {"i": indices})
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+def test_scatter_duplicate_indices_with_special_values(op: str, reduction: str, tmp_path: Path) -> None:
+    _check_grid(_scatter_duplicates_model(op, reduction), [{}], tmp_path)
