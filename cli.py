@@ -102,6 +102,8 @@ def main(verbose: int) -> None:
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Optimized model (default MODEL.opt.onnx).")
 @click.option("--no-check", is_flag=True, help="Skip the comparison against onnxruntime (not recommended).")
+@click.option("--no-guard", is_flag=True,
+              help="Skip the never-slower guard (timing against onnxruntime on this machine; on by default).")
 @click.option("--dim", "dims", multiple=True, metavar="SYM=N", help="Size of a symbolic input dim for the check.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..",
               help="Shape of an input for the check.")
@@ -120,7 +122,8 @@ def main(verbose: int) -> None:
 @click.option("--cuda-arch", "cuda_archs", default="sm_80,sm_90", show_default=True,
               help="CUDA architectures for the CUBINs (PTX for the newest is added).")
 @_one_line_failures
-def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, ...], input_shapes: tuple[str, ...],
+def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, dims: tuple[str, ...],
+             input_shapes: tuple[str, ...],
              inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...],
              planner: str, report: Path | None, target: str | None, cuda_archs: str) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
@@ -134,7 +137,7 @@ def optimize(model: Path, output: Path | None, no_check: bool, dims: tuple[str, 
         target = "both" if cuda_device_count() > 0 else "cpu"
     result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
                  sizes=sizes or None, shapes=shapes or None, inputs=inputs, planner=planner, report=report,
-                 target=target,
+                 target=target, guard=False if no_guard else None,
                  cuda_archs=[a for a in cuda_archs.split(",") if a])
     click.echo(result.summary())
 

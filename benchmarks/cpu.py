@@ -12,14 +12,13 @@ import argparse
 import datetime
 import gc
 import json
-import math
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,110 +27,36 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inputs import MANIFEST, REPO, largest_case, load_manifest, make_inputs  # noqa: E402
 
-MIN_RUNS = 50
-MAX_RUNS = 200_000
-WARMUP_RUNS = 10
+sys.path.insert(0, str(REPO))
+from evonnx.measure import (  # noqa: E402
+    MIN_RUNS,
+    MeasureError,
+    Runner,
+    cpu_snapshot,
+    geomean,
+    interleaved,
+    median_ns,
+    other_load,
+    runs_for,
+    session_options,
+    stats,
+    warm_up,
+)
+
 NOISY_LOAD = 0.25  # cores used by other processes above which a row is marked noisy
 COPY_MIN_BYTES = 256 * 1024  # the numpy copy is timed on at least this many bytes per side (see README)
 
 
-class BenchError(RuntimeError):
+class BenchError(MeasureError):
     """A model could not be benchmarked: optimization failed or outputs differ."""
 
 
 # ---------------------------------------------------------------------------------------------------------
 # statistics
 # ---------------------------------------------------------------------------------------------------------
-def stats(ns: Sequence[int]) -> dict[str, float]:
-    a = np.asarray(ns, dtype=np.float64) / 1e3
-    p10, p50, p90 = np.percentile(a, [10, 50, 90])
-    return {"median_us": float(p50), "p10_us": float(p10), "p90_us": float(p90), "min_us": float(a.min()),
-            "runs": int(a.size)}
-
-
-def geomean(xs: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
-def median_ns(fn: Callable[[], object], runs: int) -> float:
-    clock = time.perf_counter_ns
-    ts = []
-    for _ in range(runs):
-        t0 = clock()
-        fn()
-        ts.append(clock() - t0)
-    return float(np.median(ts))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # onnxruntime sessions and the timed call
 # ---------------------------------------------------------------------------------------------------------
-def session_options(threads: int, spin: bool = True):  # noqa: ANN201
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    if not spin:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return so
-
-
-class Runner:
-    """One session with its inputs pre-bound and its outputs preallocated; `call()` is what gets timed.
-
-    api "iobinding": `sess.run_with_iobinding(binding)`, inputs bound once as OrtValues (shared by all sessions
-    of a model), outputs bound to preallocated numpy buffers that onnxruntime writes into.
-    api "run": `sess.run(None, feeds)`, onnxruntime allocates the outputs and returns new numpy arrays.
-    """
-
-    def __init__(self, label: str, sess: Any, feeds: Mapping[str, np.ndarray], ort_inputs: Mapping[str, Any],
-                 out_templates: Mapping[str, np.ndarray], api: str) -> None:
-        import onnxruntime as ort
-
-        self.label = label
-        self.sess = sess
-        self.api = api
-        names = [i.name for i in sess.get_inputs()]
-        missing = [n for n in names if n not in feeds]
-        if missing:
-            raise BenchError(f"{label}: the session wants inputs {missing} that the manifest does not list")
-        self.feeds = {n: feeds[n] for n in names}
-        self.out_names = [o.name for o in sess.get_outputs()]
-        self.outs: dict[str, np.ndarray] = {}
-        self.binding = sess.io_binding()
-        for n in names:
-            self.binding.bind_ortvalue_input(n, ort_inputs[n])
-        for n in self.out_names:
-            buf = np.empty_like(out_templates[n])
-            self.outs[n] = buf
-            self.binding.bind_ortvalue_output(n, ort.OrtValue.ortvalue_from_numpy(buf))
-        binding, run_feeds = self.binding, self.feeds  # closures over locals: no cycle keeps a session alive
-        if api == "iobinding":
-            self.call: Callable[[], object] = lambda: sess.run_with_iobinding(binding)
-        else:
-            self.call = lambda: sess.run(None, run_feeds)
-
-    def outputs(self) -> dict[str, np.ndarray]:
-        """Run once through the timed path and return its outputs (copies)."""
-        if self.api == "iobinding":
-            for buf in self.outs.values():
-                buf.fill(0x5A if buf.dtype.kind in "biu" else np.nan)  # so an unwritten buffer cannot pass
-            self.call()
-            return {n: self.outs[n].copy() for n in self.out_names}
-        return dict(zip(self.out_names, self.sess.run(None, self.feeds), strict=True))
-
-    def timed(self, runs: int, into: list[int]) -> None:
-        call, clock = self.call, time.perf_counter_ns
-        for _ in range(runs):
-            t0 = clock()
-            call()
-            into.append(clock() - t0)
-
-
 def compare(model: str, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], what: str) -> float:
     """allclose with evonnx's own check tolerances (evonnx.verify); exact for int/bool. Returns max abs diff."""
     from evonnx.verify import ATOL_SCALE, RTOL
@@ -161,65 +86,6 @@ def compare(model: str, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndar
         if both.any():
             worst = max(worst, float(np.max(np.abs(g[both].astype(np.float64) - r[both]))))
     return worst
-
-
-def interleaved(runners: Sequence[Runner], repeats: Sequence[int], rounds: int) -> list[list[int]]:
-    """Timed runs in `rounds` rounds; each round runs one block per runner, the order rotating every round.
-
-    Each block starts with one untimed run, so no block is charged for the cache state the previous one left.
-    """
-    times: list[list[int]] = [[] for _ in runners]
-    gc_was = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(rounds):
-            order = list(range(len(runners)))
-            order = order[r % len(order):] + order[:r % len(order)]
-            if (r // len(order)) % 2:
-                order.reverse()
-            for k in order:
-                done = len(times[k])
-                block = math.ceil((repeats[k] - done) / (rounds - r))
-                if block <= 0:
-                    continue
-                runners[k].call()
-                runners[k].timed(block, times[k])
-    finally:
-        if gc_was:
-            gc.enable()
-    return times
-
-
-def warm_up(runner: Runner, seconds: float) -> float:
-    """At least WARMUP_RUNS runs (and about `seconds`); returns the median of the later half, in ns."""
-    ts: list[int] = []
-    t_end = time.perf_counter() + seconds
-    while len(ts) < WARMUP_RUNS or (time.perf_counter() < t_end and len(ts) < 10_000):
-        runner.timed(1, ts)
-    return float(np.median(ts[len(ts) // 2:]))
-
-
-def runs_for(est_ns: float, seconds: float) -> int:
-    return int(min(MAX_RUNS, max(MIN_RUNS, math.ceil(seconds * 1e9 / max(est_ns, 1.0)))))
-
-
-def cpu_snapshot() -> tuple[float, float, float] | None:
-    """(busy CPU seconds of the whole machine, this process's CPU seconds, wall seconds); None off Linux."""
-    try:
-        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = f
-    t = os.times()
-    return ((user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), t.user + t.system,
-            time.perf_counter())
-
-
-def other_load(a: tuple[float, float, float] | None, b: tuple[float, float, float] | None) -> float | None:
-    """Cores kept busy by other processes (and hypervisor steal) between two snapshots."""
-    if a is None or b is None or b[2] <= a[2]:
-        return None
-    return max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / (b[2] - a[2]))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,11 +21,14 @@ import onnx
 from evonnx.errors import InvalidModelError, UsageError
 from evonnx.index import Poly, Sym
 from evonnx.inputs import load_user_inputs
+from evonnx.measure import Comparison, MeasureError, compare_models
 from evonnx.model import DOMAIN, implicit_inputs, load_model, overridable
 from evonnx.records import FusionPlan, KernelSpec
-from evonnx.verify import CheckResult, check_models, check_sizes
+from evonnx.verify import CheckResult, _symbols, check_models, check_sizes, make_inputs
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from evonnx.passes.pipeline import PipelineResult
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,39 @@ def library_path(model_path: str | Path) -> Path:
     return p.with_name(stem + LIBRARY_SUFFIX)
 
 
+# onnxruntime ops whose fusions and blocked (NCHWc) layout chains a Fused node next to them breaks: the guard's
+# first suspects when the optimized model measures slower (../shared/notes/ort-fusions.md)
+LAYOUT_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                        "Resize", "Upsample", "MatMul", "Gemm", "BatchNormalization", "InstanceNormalization",
+                        "LayerNormalization"})
+GUARD_STAGES = (
+    ("feeding", "kernels whose outputs feed convolutions, pooling, Resize or MatMul"),
+    ("reading", "kernels that read outputs of convolutions, pooling, Resize or MatMul"),
+    ("all", "every kernel"),
+)
+
+
+@dataclass
+class GuardResult:
+    """What the never-slower guard measured (`evonnx.measure.compare_models`) and left to onnxruntime."""
+
+    comparisons: list[Comparison]  # the final model against the original, per thread count
+    dropped: list[tuple[str, int, str]] = field(default_factory=list)  # (what, kernels, the measurement before)
+    note: str = ""
+
+    def __str__(self) -> str:
+        if self.note:
+            return self.note
+        text = "; ".join(str(c) for c in self.comparisons) or "no kernel kept: the model is written as the original"
+        for what, n, before in self.dropped:
+            text += f"; left {what} ({n}) to onnxruntime after {before}"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {"comparisons": [c.as_dict() for c in self.comparisons], "note": self.note,
+                "dropped": [{"what": w, "kernels": n, "measured_before": b} for w, n, b in self.dropped]}
+
+
 @dataclass
 class OptimizeResult:
     output: Path
@@ -50,6 +86,7 @@ class OptimizeResult:
     plan: FusionPlan
     check: CheckResult | None
     seconds: float
+    guard: GuardResult | None = None
 
     def summary(self) -> str:
         copies = (f", {self.plan.copies_removed} full-tensor copies of scatter writes removed"
@@ -64,6 +101,7 @@ class OptimizeResult:
             lines.append(f"  {k.name}: {len(k.source_ops)} nodes -> 1 [{absorbed}]"
                          f"{' exact' if k.exact else ''}")
         lines.append(f"  check: {self.check if self.check is not None else 'skipped (--no-check)'}")
+        lines.append(f"  guard: {self.guard if self.guard is not None else 'skipped (--no-guard)'}")
         lines.append(f"  time: {self.seconds:.2f} s")
         return "\n".join(lines)
 
@@ -92,7 +130,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
              dump_dir: str | Path | None = None, cflags: Sequence[str] = (), ort_headers: str | Path | None = None,
              sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
              planner: str = "search", report: str | Path | None = None, target: str = "cpu",
-             cuda_archs: Sequence[str] | None = None, inputs: str | Path | None = None) -> OptimizeResult:
+             cuda_archs: Sequence[str] | None = None, inputs: str | Path | None = None,
+             guard: bool | None = None, guard_seconds: float = 0.5) -> OptimizeResult:
     """Optimize `src` into `dst` (default `<src>.opt.onnx`) and its kernel library `dst` -> `*.evonnx.so`.
 
     `inputs` names input sets the check runs besides the ones it synthesizes (`evonnx.inputs.load_user_inputs`).
@@ -101,17 +140,16 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless
     the optimized model reproduces onnxruntime's outputs on the original.
 
+    The never-slower guard (`guard`, default on unless EVONNX_GUARD=0) times the optimized model against the
+    original on this machine's CPU at 1 thread and at onnxruntime's default thread count, about `guard_seconds`
+    each; while it loses beyond the measurement's noise, kernels are left to onnxruntime in stages
+    (`GUARD_STAGES`), ending with none at all, and each stage is rebuilt and checked again.
+
     Before any work, outputs that cannot be written (a folder, a missing or read-only folder) or that would
     overwrite the input or one another raise UsageError. The outputs are staged next to their final paths and
     renamed into place together at the end; on any failure, Ctrl-C included, nothing is written and no temporary
     file or folder is left (`--dump-dir`, a debugging aid, is written as soon as the kernels are generated).
     """
-    import onnx_graphsurgeon as gs
-
-    from evonnx.kernels.build import build_model_library
-    from evonnx.kernels.codegen_c import generate_source
-    from evonnx.passes.pipeline import run_pipeline
-
     t0 = time.perf_counter()
     src = Path(src)
     dst = Path(dst) if dst is not None else src.with_name(src.name.removesuffix(".onnx") + ".opt.onnx")
@@ -128,45 +166,142 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         if check:
             check_sizes(original, sizes, shapes)
         symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
-        result = run_pipeline(original, planner=planner, sizes=symbol_sizes)
-        out_model = gs.export_onnx(result.optimized)
-        _restore_defaults(original, out_model)
-        out_model.ir_version = original.ir_version
-        del out_model.opset_import[:]
-        out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
-        out_model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
-        for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
-            setattr(out_model, field, getattr(original, field))
-        out_model.producer_name = "evonnx"
-        source = generate_source(result.specs, dst.name)
-        cuda_source = None
-        if target in ("cuda", "both"):
-            from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
-
-            source = source.append(generate_cuda_host(result.specs))
-            cuda_source = generate_cuda(result.specs, dst.name)
-        if dump_dir is not None:
-            _dump(Path(dump_dir), result, source.text, out_model, cuda_source)
-        build_model_library(source, staged.path(lib), model_name=dst.name, cflags=tuple(cflags),
-                            headers=Path(ort_headers) if ort_headers is not None else None,
-                            cuda_source=cuda_source,
-                            **({"cuda_archs": tuple(cuda_archs)} if cuda_archs else {}))
-        onnx.save(out_model, str(staged.path(dst)))
-        checked = None
-        if check:
-            # onnxruntime on the model as written: the inferred shapes evonnx planned with can change what its
-            # own optimizations do (a Reshape of an empty tensor that fails only with them)
-            checked = check_models(load_model(src, infer=False), staged.path(dst), staged.path(lib),
-                                   _exact_outputs(out_model, result.specs), sizes=sizes, shapes=shapes,
-                                   equal_symbols=_equal_symbols(original, result), user_inputs=user_inputs)
+        if guard is None:
+            guard = os.environ.get("EVONNX_GUARD", "1") != "0"
+        as_written = load_model(src, infer=False)
+        leave: dict[str, str] = {}
+        guarded: GuardResult | None = None
+        stage = 0
+        while True:
+            result, out_model, checked = _build(original, as_written, dst, lib, staged, planner, symbol_sizes, leave,
+                                                target, dump_dir, cflags, ort_headers, cuda_archs, check, sizes,
+                                                shapes, user_inputs)
+            if not guard:
+                break
+            if not result.specs:
+                if guarded is None:
+                    guarded = GuardResult([], note="nothing to time (no kernel)")
+                elif guarded.dropped:
+                    # no kernel beat onnxruntime: the model is written as the original was (not the pipeline's
+                    # graph, whose plan-time folding nobody timed), with an empty kernel library
+                    guarded.comparisons = []
+                    out_model = as_written
+                    onnx.save(out_model, str(staged.path(dst)))
+                break
+            try:
+                comparisons = _time_against_original(as_written, staged.path(dst), staged.path(lib), sizes, shapes,
+                                                     guard_seconds)
+            except MeasureError as e:
+                guarded = GuardResult([], note=f"skipped: {e}")
+                break
+            losing = [c for c in comparisons if c.slower]
+            if guarded is None:
+                guarded = GuardResult(comparisons)
+            guarded.comparisons = comparisons
+            if not losing:
+                break
+            while stage < len(GUARD_STAGES):
+                key, what = GUARD_STAGES[stage]
+                stage += 1
+                chosen = _guard_suspects(original, result.specs, key)
+                if chosen:
+                    break
+            else:
+                break  # unreachable: the last stage takes every kernel
+            reason = f"left to onnxruntime by the never-slower guard ({what}: measured {losing[0].ratio:.3f}x)"
+            leave.update({n: reason for spec in chosen for n in spec.source_nodes})
+            guarded.dropped.append((what, len(chosen), str(losing[0])))
+            log.info("guard: %s; leaving %d %s to onnxruntime", losing[0], len(chosen), what)
         out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs,
-                             result.plan, checked, time.perf_counter() - t0)
+                             result.plan, checked, time.perf_counter() - t0, guarded)
         if report is not None:
             from evonnx.report import report_json
 
             staged.path(Path(report)).write_text(report_json(out, result, out_model, planner))
         staged.commit()
     return out
+
+
+def _build(original: onnx.ModelProto, as_written: onnx.ModelProto, dst: Path, lib: Path, staged: _Staging,
+           planner: str, symbol_sizes: Mapping[str, int], leave: Mapping[str, str], target: str,
+           dump_dir: str | Path | None, cflags: Sequence[str], ort_headers: str | Path | None,
+           cuda_archs: Sequence[str] | None, check: bool, sizes: Mapping[str, int] | None,
+           shapes: Mapping[str, Sequence[int]] | None,
+           user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]) -> tuple[PipelineResult, onnx.ModelProto,
+                                                                                 CheckResult | None]:
+    """Plan (leaving the nodes `leave` names to onnxruntime), generate, build and check into the staged paths."""
+    import onnx_graphsurgeon as gs
+
+    from evonnx.kernels.build import build_model_library
+    from evonnx.kernels.codegen_c import generate_source
+    from evonnx.passes.pipeline import run_pipeline
+
+    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave)
+    out_model = gs.export_onnx(result.optimized)
+    _restore_defaults(original, out_model)
+    out_model.ir_version = original.ir_version
+    del out_model.opset_import[:]
+    out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
+    out_model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+    for name in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(out_model, name, getattr(original, name))
+    out_model.producer_name = "evonnx"
+    source = generate_source(result.specs, dst.name)
+    cuda_source = None
+    if target in ("cuda", "both"):
+        from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
+
+        source = source.append(generate_cuda_host(result.specs))
+        cuda_source = generate_cuda(result.specs, dst.name)
+    if dump_dir is not None:
+        _dump(Path(dump_dir), result, source.text, out_model, cuda_source)
+    build_model_library(source, staged.path(lib), model_name=dst.name, cflags=tuple(cflags),
+                        headers=Path(ort_headers) if ort_headers is not None else None,
+                        cuda_source=cuda_source,
+                        **({"cuda_archs": tuple(cuda_archs)} if cuda_archs else {}))
+    onnx.save(out_model, str(staged.path(dst)))
+    checked = None
+    if check:
+        # onnxruntime on the model as written: the inferred shapes evonnx planned with can change what its
+        # own optimizations do (a Reshape of an empty tensor that fails only with them)
+        checked = check_models(as_written, staged.path(dst), staged.path(lib),
+                               _exact_outputs(out_model, result.specs), sizes=sizes, shapes=shapes,
+                               equal_symbols=_equal_symbols(original, result), user_inputs=user_inputs)
+    return result, out_model, checked
+
+
+def _guard_suspects(model: onnx.ModelProto, specs: Sequence[KernelSpec], key: str) -> list[KernelSpec]:
+    """The kernels a guard stage leaves to onnxruntime: those next to an op in LAYOUT_OPS, or all."""
+    if key == "all":
+        return list(specs)
+    producer = {o: n.op_type for n in model.graph.node for o in n.output}
+    consumers: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.op_type)
+    if key == "feeding":
+        return [s for s in specs if any(op in LAYOUT_OPS for o in s.outputs for op in consumers.get(o.name, ()))]
+    return [s for s in specs if any(producer.get(i.name) in LAYOUT_OPS for i in s.inputs)]
+
+
+def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library: Path,
+                           sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
+                           seconds: float) -> list[Comparison]:
+    """The optimized model timed against the original at 1 thread and at onnxruntime's default, on the first
+    input set the original runs (the sizes given, else every symbol at 64, 256, 5, then 3)."""
+    symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
+    errors: list[str] = []
+    for size in (64, 256, 5, 3) if symbols else (0,):
+        feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
+        try:
+            original = as_written.SerializeToString()
+            out = [compare_models(original, optimized, library, feeds, threads=1, seconds=seconds)]
+            if (os.cpu_count() or 1) > 1:
+                out.append(compare_models(original, optimized, library, feeds, threads=0, seconds=seconds))
+            return out
+        except MeasureError as e:
+            errors.append(str(e))
+    raise MeasureError(f"no input set runs on the original ({errors[-1][:160]})")
 
 
 def _restore_defaults(original: onnx.ModelProto, out_model: onnx.ModelProto) -> None:

@@ -54,6 +54,7 @@ def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner
                    for k in result.kernels],
         "rejected": [{"node": r.node, "op": r.op, "reason": r.reason} for r in result.plan.rejected],
         "check": check,
+        "guard": result.guard.as_dict() if getattr(result, "guard", None) is not None else None,
         "cost_model": asdict(pipeline.cost_model),
         "seconds": round(result.seconds, 3),
     }

@@ -14,7 +14,7 @@ from evonnx.model import default_opset, overridable
 from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
-from evonnx.passes.lazy import reset_names
+from evonnx.passes.lazy import Reject, reset_names
 from evonnx.passes.lower_groups import kernels_on_cycle, lower_groups, overflowing_kernels, without_groups
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
@@ -54,13 +54,18 @@ def without_overridable(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
-                 cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH) -> PipelineResult:
+                 cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH,
+                 leave: Mapping[str, str] | None = None) -> PipelineResult:
+    """`leave` maps node names to the reason they stay with onnxruntime (the never-slower guard's choices)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     reset_names()
     g = gs.import_onnx(without_overridable(model))
     g.toposort()
     an = analyze(g, default_opset(model))
+    for name, reason in (leave or {}).items():
+        if name in an.lowered:
+            an.lowered[name] = Reject(reason)
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))
     deps = analyze_dependences(g, an)
     log.info("dependences: %d storages written through views, %d edges", len(deps.storages), len(deps.edges))

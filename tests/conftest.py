@@ -7,6 +7,9 @@ import pytest
 # Plans in tests come from the cost model's recorded defaults, not from a micro-benchmark of whatever machine runs
 # the suite, so that they are the same on every run (the calibration itself is exercised by the benchmarks).
 os.environ.setdefault("EVONNX_COST_MODEL", "defaults")
+# The never-slower guard times every optimized model against the original (about 2 s): off for the suite, whose
+# hundreds of optimizations are about correctness, and on in tests/test_guard.py, which tests the guard itself.
+os.environ.setdefault("EVONNX_GUARD", "0")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("EVONNX_COST_MODEL", "defaults")
+os.environ.setdefault("EVONNX_GUARD", "0")
 
 from sec_fuzz import Tally, draw_cases, make_canary, run_cases  # noqa: E402
 

@@ -66,6 +66,7 @@ class Outcome:
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("EVONNX_COST_MODEL", "defaults")
+    env.setdefault("EVONNX_GUARD", "0")  # the oracle compares results; the guard only times (tests/test_guard.py)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra or {})

@@ -1,0 +1,112 @@
+"""The never-slower guard (issue 9): `evonnx optimize` times the optimized model against the original and, while it
+loses beyond noise, leaves kernels to onnxruntime in stages, ending with the original model.
+
+The decisions are tested with `compare_models` replaced by a scripted one (a timed test would assert on the
+machine, not on the code); one run with the real measurement checks that it reports what it measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import evonnx
+import evonnx.api as api
+from evonnx.measure import Comparison
+
+pytestmark = pytest.mark.compiler
+
+
+def _cmp(ratio: float, noise: float = 0.01, threads: int = 1) -> Comparison:
+    return Comparison(threads, {"median_us": 100.0 * ratio}, {"median_us": 100.0}, ratio, noise)
+
+
+def _conv_model(tmp_path: Path) -> Path:
+    """x -> Neg -> Abs (a kernel feeding a Conv) -> Conv -> Sigmoid -> Mul 2 -> Add 1 (a kernel reading it) -> y."""
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Neg", ["x"], ["a"], name="neg"), helper.make_node("Abs", ["a"], ["b"], name="abs"),
+             helper.make_node("Conv", ["b", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"], name="sig"), helper.make_node("Mul", ["s", "two"], ["m"],
+                                                                                      name="mul"),
+             helper.make_node("Add", ["m", "one"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
+                          [w, numpy_helper.from_array(np.array(2, np.float32), "two"),
+                           numpy_helper.from_array(np.array(1, np.float32), "one")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, ratios: list[float]) -> list[int]:
+    """compare_models answers `ratios` in turn (one per call); returns the kernel counts it was called with."""
+    calls: list[int] = []
+
+    def fake(original: bytes, optimized: Path, library: Path, feeds: dict, *, threads: int = 1,
+             seconds: float = 1.0, rounds: int = 10) -> Comparison:
+        calls.append(sum(n.op_type == "Fused" for n in onnx.load(optimized).graph.node))
+        return _cmp(ratios[min(len(calls) - 1, len(ratios) - 1)], threads=threads)
+
+    monkeypatch.setattr(api, "compare_models", fake)
+    monkeypatch.setattr(api.os, "cpu_count", lambda: 1)  # one comparison per build
+    return calls
+
+
+def test_slower_beyond_noise_only() -> None:
+    assert _cmp(0.90).slower
+    assert not _cmp(0.99).slower  # within the 2% floor
+    assert not _cmp(0.95, noise=0.08).slower  # within this measurement's own spread
+    assert not _cmp(1.3).slower
+
+
+def test_a_faster_model_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _scripted(monkeypatch, [1.5])
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True)
+    assert calls == [2] and len(res.kernels) == 2
+    assert res.guard is not None and not res.guard.dropped and res.guard.comparisons[0].ratio == 1.5
+
+
+def test_stages_leave_kernels_to_onnxruntime_until_not_slower(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _scripted(monkeypatch, [0.8, 1.1])
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True, report=tmp_path / "r.json")
+    # first the kernel feeding the Conv goes, then the model measures faster and the other kernel stays
+    assert calls == [2, 1]
+    assert [k.source_ops for k in res.kernels] == [("Sigmoid", "Mul", "Add")]
+    assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[0][1], 1)]
+    rejected = {r.node: r.reason for r in res.plan.rejected}
+    assert "never-slower guard" in rejected["neg"] and "0.800x" in rejected["neg"]
+    assert "left kernels whose outputs feed" in str(res.guard)
+    report = (tmp_path / "r.json").read_text()
+    assert '"dropped"' in report and "0.800x" in report
+
+
+def test_always_slower_ends_with_the_original_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _scripted(monkeypatch, [0.8])
+    src = _conv_model(tmp_path)
+    res = evonnx.optimize(src, tmp_path / "o.onnx", guard=True)
+    assert calls == [2, 1]  # every stage with a suspect was built and timed; the last leaves every kernel
+    assert res.kernels == [] and res.guard is not None and len(res.guard.dropped) == 2
+    written = onnx.load(tmp_path / "o.onnx")
+    assert [n.name for n in written.graph.node] == [n.name for n in onnx.load(src).graph.node]
+    assert "written as the original" in str(res.guard)
+
+
+def test_guard_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _scripted(monkeypatch, [0.5])
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=False)
+    assert calls == [] and res.guard is None and "skipped (--no-guard)" in res.summary()
+
+
+def test_real_measurement_reports_both_models(tmp_path: Path) -> None:
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True, guard_seconds=0.05)
+    assert res.guard is not None and not res.guard.note
+    final = res.guard.comparisons
+    assert res.kernels == [] or final  # kernels kept were timed; with none left there is nothing to time
+    for c in final:
+        assert c.original["median_us"] > 0 and c.optimized["median_us"] > 0 and c.original["runs"] >= 10
+        assert c.ratio == pytest.approx(c.original["median_us"] / c.optimized["median_us"])
