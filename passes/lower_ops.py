@@ -438,17 +438,11 @@ def _gather_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -
             L.require_le(Poly.of(int(ind.shape[k])), d, f"GatherElements indices dim {k} must not exceed the data's")
         elif ind.shape[k] > d.const:
             raise Reject(f"GatherElements indices dim {k} exceeds the data's")
-    d = x.shape[axis]
-    lo, hi = int(ind.min()), int(ind.max())
-    if d.const is None:
-        if lo < 0:
-            raise Reject("GatherElements with negative indices on a symbolic axis")
-        L.require_le(Poly.of(hi + 1), d, f"GatherElements index {hi} must be below the size of axis {axis}")
-    else:
-        if lo < -d.const or hi >= d.const:
-            raise Reject(f"GatherElements index out of range for axis size {d.const}")
-        ind = np.where(ind < 0, ind + d.const, ind)
-    return [L.take_along(x, axis, ind)]
+    along = _const_indices(ind, x, [axis], op).reshape(ind.shape)
+    if x.shape[axis].const is None:
+        hi = int(along.max())
+        L.require_le(Poly.of(hi + 1), x.shape[axis], f"GatherElements index {hi} must be below the size of axis {axis}")
+    return [L.take_along(x, axis, along)]
 
 
 def _concat(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
