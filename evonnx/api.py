@@ -48,6 +48,7 @@ def library_path(model_path: str | Path) -> Path:
 LAYOUT_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                         "Resize", "Upsample", "MatMul", "Gemm", "BatchNormalization", "InstanceNormalization",
                         "LayerNormalization"})
+GUARD_RETIME_NOISE = 0.10  # a comparison noisier than this is timed once more, longer
 GUARD_STAGES = (
     ("feeding", "kernels whose outputs feed convolutions, pooling, Resize or MatMul"),
     ("reading", "kernels that read outputs of convolutions, pooling, Resize or MatMul"),
@@ -295,9 +296,14 @@ def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library
         feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
         try:
             original = as_written.SerializeToString()
-            out = [compare_models(original, optimized, library, feeds, threads=1, seconds=seconds)]
-            if (os.cpu_count() or 1) > 1:
-                out.append(compare_models(original, optimized, library, feeds, threads=0, seconds=seconds))
+            out = []
+            for threads in (1, 0) if (os.cpu_count() or 1) > 1 else (1,):
+                c = compare_models(original, optimized, library, feeds, threads=threads, seconds=seconds)
+                if c.noise > GUARD_RETIME_NOISE:  # too noisy to decide: once more, three times as long
+                    again = compare_models(original, optimized, library, feeds, threads=threads,
+                                           seconds=3 * seconds)
+                    c = min(c, again, key=lambda x: x.noise)
+                out.append(c)
             return out
         except MeasureError as e:
             errors.append(str(e))
