@@ -36,7 +36,9 @@ def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner
     check = None
     if result.check is not None:
         check = {"passed": True, "runs": result.check.runs, "outputs_compared": result.check.compared,
-                 "exact": result.check.exact, "max_rel_err": result.check.max_rel_err}
+                 "exact": result.check.exact, "max_rel_err": result.check.max_rel_err,
+                 "user_sets": result.check.user_sets, "flips": result.check.flips,
+                 "skipped": list(result.check.skipped)}
     return {
         "model": str(result.output),
         "library": str(result.library),

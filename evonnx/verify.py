@@ -52,9 +52,10 @@ class CheckResult:
         distinct = list(dict.fromkeys(",".join(f"{k}={v}" for k, v in r.items()) or "static sizes" for r in self.runs))
         user = f", {self.user_sets} input sets of yours" if self.user_sets else ""
         flips = f", {self.flips} decisions flipped by rounding at their threshold" if self.flips else ""
+        skipped = f"; skipped {'; '.join(self.skipped)[:240]}" if self.skipped else ""
         return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({'; '.join(distinct)}; "
                 f"{len(REGIMES)} value regimes{user}), {self.exact} exact, max relative error "
-                f"{self.max_rel_err:.2g}{flips}")
+                f"{self.max_rel_err:.2g}{flips}{skipped}")
 
 
 def _symbols(model: onnx.ModelProto) -> list[str]:
@@ -399,7 +400,7 @@ def _run_size_plans(original: onnx.ModelProto, symbols: Sequence[str], equal: Se
         if run_plan(plan):
             sized += 1
         else:
-            result.skipped.append(f"sizes {what}")
+            result.skipped.append(f"all sizes {what} (onnxruntime fails on the original there)")
     if sized >= 2:
         return
     for cand in SIZE_CANDIDATES:  # the fallback: every symbol at one size
