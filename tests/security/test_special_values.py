@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from sec_graphs import GRID, case_from_model
 from sec_models import I32, I64, F, make_model, node
@@ -65,7 +66,7 @@ CASES = [
     ("Equal", "Equal", 2, F, {}, {}, [], np.bool_, True),
     ("Exp", "Exp", 1, F, {}, {}, [], None, False),
     ("Log", "Log", 1, F, {}, {}, [], None, False),
-    ("Sigmoid", "Sigmoid", 1, F, {}, {}, [], None, False),
+    ("Sigmoid", "Sigmoid", 1, F, {}, {}, [], None, True),  # MLAS's logistic, bit for bit (see below)
     ("Tanh", "Tanh", 1, F, {}, {}, [], None, False),
     ("Min-int32", "Min", 2, I32, {}, {}, [], None, True),
     ("Add-int32", "Add", 2, I32, {}, {}, [], None, True),
@@ -193,3 +194,25 @@ def _scatter_duplicates_model(op: str, reduction: str) -> object:
 @pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
 def test_scatter_duplicate_indices_with_special_values(op: str, reduction: str, tmp_path: Path) -> None:
     _check_grid(_scatter_duplicates_model(op, reduction), [{}], tmp_path)
+
+
+def test_sigmoid_is_onnxruntimes_logistic_bit_for_bit(tmp_path: Path) -> None:
+    """evo_sigmoid_f32 reproduces MLAS's logistic kernel (kernels/templates/helpers.h): every 97th float bit
+    pattern with |x| in [1e-8, 19], both signs, through Neg -> Sigmoid -> Neg fused, against onnxruntime."""
+    import evonnx
+    from evonnx.api import load_session
+
+    bits = np.arange(np.float32(1e-8).view(np.int32), np.float32(19.0).view(np.int32), 97, dtype=np.int32)
+    x = np.concatenate([bits.view(np.float32), -bits.view(np.float32)])
+    model = make_model([node("Neg", ["x"], ["a"]), node("Sigmoid", ["a"], ["b"]), node("Neg", ["b"], ["y"])],
+                       [("x", F, ["N"])], [("y", F, 1)], {})
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    res = evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False)
+    assert [k.source_ops for k in res.kernels] == [("Neg", "Sigmoid", "Neg")]
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = load_session(tmp_path / "m.opt.onnx").run(None, {"x": x})[0]
+    differ = want.view(np.int32) != got.view(np.int32)
+    assert not differ.any(), f"{int(differ.sum())} of {x.size} differ, first at x = {x[differ][:5]}"
