@@ -110,3 +110,23 @@ def test_real_measurement_reports_both_models(tmp_path: Path) -> None:
     for c in final:
         assert c.original["median_us"] > 0 and c.optimized["median_us"] > 0 and c.original["runs"] >= 10
         assert c.ratio == pytest.approx(c.original["median_us"] / c.optimized["median_us"])
+
+
+def test_a_reduced_plan_that_fails_the_check_ends_with_the_original(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, [0.8])
+    real = api.check_models
+    checks: list[int] = []
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        checks.append(1)
+        if len(checks) == 2:  # the plan without the kernel feeding the Conv
+            raise api.VerificationError("output 'y' differs")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "check_models", flaky)
+    src = _conv_model(tmp_path)
+    res = evonnx.optimize(src, tmp_path / "o.onnx", guard=True)
+    assert len(checks) == 2 and res.kernels == []
+    assert [n.name for n in onnx.load(tmp_path / "o.onnx").graph.node] == [n.name for n in onnx.load(src).graph.node]
+    assert res.guard is not None and "failed the check" in str(res.guard)
