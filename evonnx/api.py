@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from evonnx.errors import InvalidModelError, UsageError, VerificationError
+from evonnx.errors import EvonnxError, InvalidModelError, UsageError, VerificationError
 from evonnx.index import Poly, Sym
-from evonnx.inputs import load_user_inputs
+from evonnx.inputs import AmbiguousInputs, load_user_inputs
 from evonnx.measure import Comparison, MeasureError, compare_models
 from evonnx.model import DOMAIN, implicit_inputs, load_model, overridable
 from evonnx.records import FusionPlan, KernelSpec
@@ -205,7 +205,11 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 comparisons = _time_against_original(as_written, staged.path(dst), staged.path(lib), sizes, shapes,
                                                      guard_seconds)
             except MeasureError as e:
-                guarded = GuardResult([], note=f"skipped: {e}")
+                if guarded is None:
+                    guarded = GuardResult([], note=f"skipped: {e}")
+                else:  # a later stage could not be timed: what was dropped stays reported
+                    guarded.comparisons = []
+                    guarded.dropped.append((f"nothing more (the next measurement failed: {e})", 0, ""))
                 break
             losing = [c for c in comparisons if c.slower]
             if guarded is None:
@@ -222,7 +226,9 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             else:
                 break  # unreachable: the last stage takes every kernel
             reason = f"left to onnxruntime by the never-slower guard ({what}: measured {losing[0].ratio:.3f}x)"
-            leave.update({n: reason for spec in chosen for n in spec.source_nodes})
+            # the last stage leaves every node (a re-plan could fuse nodes no kernel held yet): the original
+            leave.update({n: reason for n in (everything if key == "all" else
+                                                (n for spec in chosen for n in spec.source_nodes))})
             guarded.dropped.append((what, len(chosen), str(losing[0])))
             log.info("guard: %s; leaving %d %s to onnxruntime", losing[0], len(chosen), what)
         out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs,
@@ -305,7 +311,11 @@ def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library
     symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
     errors: list[str] = []
     for size in (64, 256, 5, 3) if symbols else (0,):
-        feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
+        try:
+            feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
+        except (AmbiguousInputs, EvonnxError) as e:  # no input set at this size (a scatter writing twice, ...)
+            errors.append(str(e))
+            continue
         try:
             original = as_written.SerializeToString()
             out = []

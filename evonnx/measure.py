@@ -228,8 +228,17 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
         raise MeasureError(f"onnxruntime cannot run the original model on these inputs: {e}") from e
     templates = dict(zip([o.name for o in ref_sess.get_outputs()], ref_out, strict=True))
     ort_inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+    try:
+        opt_sess = session(optimized, library)
+        opt_sess.run(None, dict(feeds))
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types
+        from evonnx.errors import VerificationError
+
+        # the original runs on these inputs: an optimized model that does not is wrong, not merely slow
+        raise VerificationError(f"the optimized model fails where the original runs (timing inputs): "
+                                f"{str(e).splitlines()[0][:200]}") from e
     runners = [Runner("onnxruntime", ref_sess, feeds, ort_inputs, templates, "iobinding"),
-               Runner("evonnx", session(optimized, library), feeds, ort_inputs, templates, "iobinding")]
+               Runner("evonnx", opt_sess, feeds, ort_inputs, templates, "iobinding")]
     est = [warm_up(r, min(0.2, seconds / 4)) for r in runners]
     # about `seconds` each, and at least one run per round (a slow model gets fewer than MIN_RUNS)
     repeats = [max(rounds, min(MAX_RUNS, int(seconds * 1e9 / max(e, 1.0)))) for e in est]

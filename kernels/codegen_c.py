@@ -467,15 +467,21 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
     seen: set[Expr] = set()
     fv: dict = {}
 
-    def count(x: Expr, guarded: bool, bound: frozenset) -> None:
+    def count(x: Expr, guarded: bool, bound: frozenset, selected: bool = False) -> None:
         if guarded or (bound and free_vars(x, fv) & bound):
             if isinstance(x, Op):
                 for k, a in enumerate(x.args):
-                    count(a, True if guarded else (x.attr == "guard" and k > 0), bound)
+                    count(a, True if guarded else (x.attr == "guard" and k > 0), bound,
+                          selected or (x.op == "where" and k > 0))
             elif isinstance(x, Reduce) and not guarded:
-                count(x.body, False, bound | {x.var.atom()})
+                count(x.body, False, bound | {x.var.atom()}, selected)
             return
         uses[x] = uses.get(x, 0) + 1
+        if selected and isinstance(x, (Load, TableLoad)):
+            # a read under an unguarded select (Where) is in range either way: read it unconditionally, so that gcc
+            # blends two vectors instead of emitting masked loads, which gcc 12.2 miscompiles at -O3 with AVX2 for
+            # strided loads under a byte mask (Where(bool, uint32, 0) over a row of 6 went wrong at 16+ rows)
+            uses[x] = max(uses[x], 2)
         if bound and isinstance(x, (Reduce, Op)):
             # inside a reduction but independent of its variable: compute it once, before the reduction's loop
             # (gcc does not move whole loops such as a softmax's row sum out of an enclosing loop)
@@ -485,9 +491,10 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
         seen.add(x)
         if isinstance(x, Op):
             for k, a in enumerate(x.args):
-                count(a, x.attr == "guard" and k > 0, bound)
+                count(a, x.attr == "guard" and k > 0, bound,
+                      selected or (x.op == "where" and x.attr != "guard" and k > 0))
         elif isinstance(x, Reduce):
-            count(x.body, False, bound | {x.var.atom()})
+            count(x.body, False, bound | {x.var.atom()}, selected)
 
     for _, e in roots:
         count(e, False, frozenset())

@@ -8,6 +8,7 @@ the shape-like inputs (Reshape's shape, Slice's starts, ...) must have.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -763,6 +764,7 @@ def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: Wri
 # A scatter whose constant indices are no affine grid (or write a position twice, with a reduction) is lowered
 # through tables over the written positions' bounding box: at most this many slots (times the writes per slot).
 MAX_SCATTER_TABLE = 1 << 16
+MAX_SCATTER_WRITES = 16  # one select per write to a position: more would make every element pay for them
 _tables = iter(range(1 << 62))
 
 
@@ -784,14 +786,18 @@ def _tabled_write(op: str, data: Lazy, upd: Lazy, targets: np.ndarray, axes: Seq
     if targets.shape[0] == 0:
         return data
     ext = [int(targets[:, j].max()) + 1 for j in range(len(axes))]
-    size = int(np.prod(ext))
-    flat = np.ravel_multi_index(tuple(targets.T), ext) if size <= MAX_SCATTER_TABLE else None
-    counts = np.bincount(flat, minlength=size) if flat is not None else None
-    if flat is None or counts is None or int(counts.max()) * size > MAX_SCATTER_TABLE:
+    size = math.prod(ext)  # Python ints: a huge index must not wrap to a small table
+    if size > MAX_SCATTER_TABLE:
         raise Reject(f"{op} indices span more than {MAX_SCATTER_TABLE} positions (no affine grid)")
+    flat = np.ravel_multi_index(tuple(targets.T), ext)
+    counts = np.bincount(flat, minlength=size)
     writes = int(counts.max())
-    if writes > 1 and reduction == "none":
-        raise Reject(f"{op} writes some positions more than once (duplicate indices)")  # the spec leaves the order
+    if writes > 1 and (reduction == "none" or op == "ScatterND"):
+        # the spec leaves the order; onnxruntime's ScatterND spreads index rows over threads, so a position
+        # written twice gets its updates in no fixed order (ScatterElements runs one loop in index order)
+        raise Reject(f"{op} writes some positions more than once (duplicate indices)")
+    if writes > MAX_SCATTER_WRITES or writes * size > MAX_SCATTER_TABLE:
+        raise Reject(f"{op} writes a position {writes} times")
     tables = [[0] * size for _ in range(writes)]
     seen = [0] * size
     for pos, slot in enumerate(flat.tolist()):
@@ -812,7 +818,9 @@ def _tabled_write(op: str, data: Lazy, upd: Lazy, targets: np.ndarray, axes: Seq
         count = lookup(count_t, slot)
         for r, t in enumerate(write_t):
             cond = E.binary("and", inside, E.binary("gt", IndexVal(count), IndexVal(Poly.of(r))))
-            value = L.guarded(cond, _combine(reduction, value, upd.fn(upd_index(lookup(t, slot), idx))), value)
+            # not a guarded select: every table entry names a real update (0 where the slot is not written) and
+            # the slot is clamped, so both sides are in range and the reads need no mask (see codegen_c.temporaries)
+            value = E.where(cond, _combine(reduction, value, upd.fn(upd_index(lookup(t, slot), idx))), value)
         return value
 
     return Lazy(data.dtype, data.shape, fn)
@@ -929,8 +937,8 @@ def _scatter_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) 
         shape = tuple(Poly.of(int(d)) for d in ind.shape)
         for n in range(data.rank):
             if n != axis:
-                L.require_le(shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}",
-                             unless=_numel(shape))
+                # onnxruntime checks the dims before it looks at any index, empty indices included
+                L.require_le(shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}")
         along = _const_indices(ind, data, [axis], op)
         grid = np.indices(ind.shape).reshape(ind.ndim, -1).T.copy()  # each update's own coordinates ...
         grid[:, axis] = along[:, 0]  # ... with the scattered axis replaced by its index
@@ -958,8 +966,8 @@ def _scatter_elements_grid(op: str, attrs: dict, args: list, vals: list, n_out: 
                       f"{op} indices on axis {axis}")
     for n in range(data.rank):
         if n != axis:
-            L.require_le(ind.shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}",
-                         unless=_numel(ind.shape))
+            # onnxruntime checks the dims before it looks at any index, empty indices included
+            L.require_le(ind.shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}")
 
     def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
         conds: list[Expr] = []

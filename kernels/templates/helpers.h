@@ -28,9 +28,10 @@ EVO_FN float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
 #else
 /* onnxruntime's CPU Sigmoid (and QuickGelu) is MLAS's logistic kernel: Eigen's rational approximation on x clamped
  * to [-18, 18], evaluated with fused multiply-adds (its FMA3 kernel on x86-64 with AVX2), the result floored at 0.
- * A float fma is exact in double here (the product of two floats is exact, the sum rounds once in double, then
- * once to float): bit-identical to onnxruntime 1.31 on 73.9 million inputs (every 7th float in |x| <= 18.5, the
- * infinities, NaN, +-0, denormals), with no FMA instruction needed and vectorisable. The comparisons keep
+ * A float fma is emulated in double (the product of two floats is exact; the sum rounds in double, then to float,
+ * which can differ from a true fma by 1 ulp in rare double-rounding cases): bit-identical to onnxruntime 1.31 on
+ * 73.9 million inputs (every 7th float in |x| <= 18.5, the infinities, NaN, +-0, denormals), with no FMA
+ * instruction needed and vectorisable. Sigmoid stays an inexact op for the check. The comparisons keep
  * maxps/minps's NaN rule: a NaN x stays NaN. */
 #define EVO_FMAF(a, b, c) ((float)((double)(a) * (double)(b) + (double)(c)))
 EVO_FN float evo_sigmoid_f32(float x) {

@@ -67,17 +67,18 @@ def gather_elements_symbolic(axis: int) -> Regression:
 
 # -- scatter through tables (indices no affine grid) into symbolic data dims -----------------------------------------
 def scatter_table_symbolic(op: str) -> Regression:
-    # data x[N, 4]; ScatterND rows [[3], [0], [3]] or ScatterElements along axis 0 hitting row 3 twice, reduction
-    # add: onnxruntime errors when N <= 3 (index 3 out of range); the kernel checks max index < N at run time
+    # data x[N, 4]; ScatterND rows [[3], [0], [2]] (no affine grid) or ScatterElements along axis 0 hitting row 3
+    # twice, reduction add: onnxruntime errors when N <= 3 (index 3 out of range); the kernel checks max index < N
+    # at run time
     if op == "ScatterND":
-        ind, upd = np.array([[3], [0], [3]], np.int64), np.ones((3, 4), np.float32)
+        ind, upd = np.array([[3], [0], [2]], np.int64), np.ones((3, 4), np.float32)
         nodes = [node("ScatterND", ["a", "i", "u"], ["g"], reduction="add")]
     else:
         ind, upd = np.array([[3, 0, 3, 1], [3, 3, 0, 0]], np.int64), np.ones((2, 4), np.float32)
         nodes = [node("ScatterElements", ["a", "i", "u"], ["g"], axis=0, reduction="add")]
     model = make_model(around(nodes, "a", "g"), [("x", F, ["N", 4])], [("y", F, 2)],
                        {"i": ind, "u": upd, "c": np.arange(1, 5, dtype=np.float32)})
-    return Regression(model, sizes("N", [0, 1, 3, 4, 7]), note=f"{op}(x[N,4], duplicate rows up to 3, add)")
+    return Regression(model, sizes("N", [0, 1, 3, 4, 7]), note=f"{op}(x[N,4], constant rows up to 3, add)")
 
 
 # -- a constant scalar Gather index on a symbolic axis -------------------------------------------------------------

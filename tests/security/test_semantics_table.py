@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
-from onnx import helper
+from onnx import helper, numpy_helper
 from sec_graphs import GRID, case_from_model
 from sec_models import make_model, node
 from sec_oracle import check_case
@@ -57,8 +57,11 @@ REDUCE_INEXACT = {"ReduceSum", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2
 # to onnxruntime in these models, by (type, op): strided reductions over x0's leading axis that it prices as
 # slower fused. The same ops are fused and compared in the other types.
 LEFT_BY_COST = {("int8", "ReduceMax"), ("int8", "ReduceMin"), ("uint8", "ReduceMax"), ("uint8", "ReduceMin"),
-                ("float64", "ReduceLogSumExp"), ("float32", "ReduceLogSumExp")}
-PLANS = [{"N": 1}, {"N": 0}, {"N": 2}]
+                ("float64", "ReduceLogSumExp"), ("float32", "ReduceLogSumExp"),
+                # a float Range onnxruntime folds at session start: selecting against it alone is no kernel's worth
+                ("float32", "Where"), ("float64", "Where")}
+# 37 rows: vectorised loops with a remainder (gcc 12.2 miscompiled masked strided loads under a Where from 16 rows)
+PLANS = [{"N": 1}, {"N": 0}, {"N": 2}, {"N": 37}]
 
 
 def _op(op: str, ins: list[str], out: str) -> onnx.NodeProto:
@@ -232,10 +235,38 @@ def _scatters(dt: str) -> tuple[onnx.ModelProto, bool] | None:
     return (model, True) if _ort_runs(model.SerializeToString()) else None
 
 
+def _generators(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    # ConstantOfShape filled with the type's special values, and Range over constant bounds, each selected
+    # against an input by Where (every type has Where) so that they are read at run time
+    g = len(GRID[dt])
+    nodes: list[onnx.NodeProto] = [_helper("Shape", ["x0"], ["shape"])]
+    outs: list[tuple[str, int, int]] = []
+    inits: dict[str, np.ndarray] = {}
+    for k, v in enumerate(GRID[dt][:4]):
+        fill = numpy_helper.from_array(np.array([v], dt), "value")
+        if not _runs([node("ConstantOfShape", ["s"], ["r"], value=fill)], [("s", T.INT64, [1])], [("r", DT[dt], 1)]):
+            break
+        nodes += [node("ConstantOfShape", ["shape"], [f"fill{k}"], value=fill),
+                  node("Where", ["c", "x0", f"fill{k}"], [f"r_fill{k}"])]
+        outs.append((f"r_fill{k}", DT[dt], 2))
+    bounds = {"int16": (-7, 5, 1), "int32": (7, -5, -1), "int64": (-7, 5, 1), "float32": (-3.5, 8.0, 1.0),
+              "float64": (8.0, -3.5, -1.0)}.get(dt)
+    if bounds is not None:
+        inits.update({"start": np.array(bounds[0], dt), "limit": np.array(bounds[1], dt),
+                      "delta": np.array(bounds[2], dt)})
+        nodes += [node("Range", ["start", "limit", "delta"], ["rng"]), node("Where", ["c", "x0", "rng"], ["r_range"])]
+        outs.append(("r_range", DT[dt], 2))
+    if not outs:
+        return None
+    model = make_model(nodes, [("x0", DT[dt], ["N", g]), ("c", T.BOOL, ["N", g])], outs, inits)
+    return (model, True) if _ort_runs(model.SerializeToString()) else None
+
+
 FAMILIES = {
     "elementwise": lambda dt: _elementwise(dt, True), "elementwise-inexact": lambda dt: _elementwise(dt, False),
     "cast": _casts, "reduce": lambda dt: _reductions(dt, True), "reduce-inexact": lambda dt: _reductions(dt, False),
     "softmax": _softmax, "where-clip": _where_clip, "views": _views, "scatters": _scatters,
+    "generators": _generators,
 }
 # only the (type, family) pairs with an op onnxruntime runs: nothing to compare otherwise
 TABLE = [(dt, fam) for dt in DT for fam, make in FAMILIES.items() if make(dt) is not None]
