@@ -79,10 +79,35 @@ class _Shared(Expr):
         return eq if eq is NotImplemented else not eq
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Const(Expr):
+    """A constant. Equal constants are equal bit for bit: -0.0 is not 0.0 (a plain float comparison would let one
+    stand for the other wherever expressions are shared or memoised: Where(c, x, -0.0) came out +0.0), and a NaN
+    equals a NaN."""
+
     value: float | int | bool
     dtype: str
+
+    def _key(self) -> tuple:
+        v = self.value
+        if isinstance(v, float) or self.dtype in FLOATS:
+            f = float(v)
+            return (self.dtype, "nan" if f != f else f.hex())
+        return (self.dtype, v)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not Const:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __str__(self) -> str:
         return f"{self.value}:{self.dtype}"

@@ -187,9 +187,10 @@ def _where(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     zero = E.const(0.0, dtype)
 
     def where(c: Expr, a: Expr, b: Expr) -> Expr:
-        # onnxruntime's float Where adds the two masked sides, so a selected -0.0 comes out as +0.0 (fuzz seed
-        # 47192: Div(-1e30, Where(x == x, x, x)) is -inf at x = -0.0); x + 0 is x for every other value
-        return E.binary("add", E.where(c, a, b), zero)
+        # onnxruntime's float Where gives X + 0 where the condition holds and Y as it is elsewhere: a -0.0 taken
+        # from X comes out as +0.0, one from Y stays -0.0 (measured on 1.31, float and double, every broadcast
+        # form; fuzz seed 47192: Div(-1e30, Where(x == x, x, x)) is -inf at x = -0.0). x + 0 is x otherwise.
+        return E.where(c, E.binary("add", a, zero), b)
 
     return [L.elementwise(args[:3], where, dtype, op)]
 
