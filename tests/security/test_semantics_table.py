@@ -212,9 +212,10 @@ def _views(dt: str) -> tuple[onnx.ModelProto, bool] | None:
         return np.array(v, np.int64)
 
     inits = {"s0": i64(-1), "s1": i64(-(2**63)), "sa": i64(1), "ss": i64(-2), "gi": i64(2, 0, -1),
-             "ex": i64(3, 1, 1), "rp": i64(1, 2), "sh": i64(0, -1, 2), "uq": i64(0), "sp": i64(g, g)}
+             "ex": i64(3, 1, 1), "rp": i64(1, 2), "sh": i64(0, -1, 2), "uq": i64(0), "sp": i64(g, g), "sq": i64(-4)}
     nodes = [node("Slice", ["x0", "s0", "s1", "sa", "ss"], ["a"]), node("Gather", ["x1", "gi"], ["b"], axis=1),
-             node("Concat", ["a", "b"], ["c"], axis=1), node("Unsqueeze", ["c", "uq"], ["d"]),
+             node("Concat", ["a", "b"], ["c"], axis=1), node("Unsqueeze", ["c", "uq"], ["d0"]),
+             node("Unsqueeze", ["d0", "uq"], ["d1"]), node("Squeeze", ["d1", "sq"], ["d"]),  # a negative axis
              node("Expand", ["d", "ex"], ["e"]), node("Transpose", ["e"], ["f"], perm=[2, 1, 0]),
              node("Flatten", ["f"], ["h"], axis=2), node("Transpose", ["h"], ["r_view1"], perm=[1, 0]),
              node("Tile", ["x1", "rp"], ["tl"]), node("Split", ["tl", "sp"], ["p", "q"], axis=1),
@@ -253,6 +254,15 @@ def _generators(dt: str) -> tuple[onnx.ModelProto, bool] | None:
         nodes += [node("ConstantOfShape", ["shape"], [f"fill{k}"], value=fill),
                   node("Where", ["c", "x0", f"fill{k}"], [f"r_fill{k}"])]
         outs.append((f"r_fill{k}", DT[dt], 2))
+    # Size, a count known only at run time (0 at N = 0), cast to the type
+    if _runs([node("Cast", ["s"], ["r"], to=DT[dt])], [("s", T.INT64, [1])], [("r", DT[dt], 1)]):
+        # added to x0 between Transposes (a float Where against a count alone is left to onnxruntime by cost);
+        # bool selects
+        op = "Where" if dt == "bool" else "Add"
+        nodes += [node("Size", ["x0"], ["size"]), node("Cast", ["size"], ["sizec"], to=DT[dt]),
+                  *_wrapped("size", ["x0"], lambda i, r: node(op, ["c", i[0], "sizec"] if op == "Where" else
+                                                             [i[0], "sizec"], [r]), perm=(0, 1))]
+        outs.append(("r_size", DT[dt], 2))
     bounds = {"int16": (-7, 5, 1), "int32": (7, -5, -1), "int64": (-7, 5, 1), "float32": (-3.5, 8.0, 1.0),
               "float64": (8.0, -3.5, -1.0)}.get(dt)
     if bounds is not None:
