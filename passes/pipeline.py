@@ -16,6 +16,7 @@ from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import Reject, reset_names
 from evonnx.passes.lower_groups import kernels_on_cycle, lower_groups, overflowing_kernels, without_groups
+from evonnx.passes.ort_layout import layout_chain
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
 from evonnx.passes.rewrite import rewrite
@@ -55,15 +56,18 @@ def without_overridable(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
                  cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH,
-                 leave: Mapping[str, str] | None = None) -> PipelineResult:
-    """`leave` maps node names to the reason they stay with onnxruntime (the never-slower guard's choices)."""
+                 leave: Mapping[str, str] | None = None, ort_layout: bool = True) -> PipelineResult:
+    """`leave` maps node names to the reason they stay with onnxruntime (the never-slower guard's choices). With
+    `ort_layout`, the nodes onnxruntime's own fusions and blocked layout handle better stay with it too
+    (`ort_layout.layout_chain`)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     reset_names()
     g = gs.import_onnx(without_overridable(model))
     g.toposort()
     an = analyze(g, default_opset(model))
-    for name, reason in (leave or {}).items():
+    kept = {**(layout_chain(g) if ort_layout else {}), **(leave or {})}
+    for name, reason in kept.items():
         if name in an.lowered:
             an.lowered[name] = Reject(reason)
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))

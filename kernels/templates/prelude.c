@@ -13,11 +13,13 @@
 #pragma GCC diagnostic ignored "-Wunused-but-set-variable"
 #endif
 
-/* Task functions are compiled twice on x86-64, for AVX2 and for the baseline, and the loader picks one for the
- * machine (GNU ifunc), so the library stays portable while vector loops run 8 floats wide where they can.
- * -ffp-contract=off still applies: no FMA is introduced, results do not depend on the clone. */
+/* Task functions are compiled twice on x86-64, for x86-64-v3 (AVX2 and FMA, as onnxruntime's MLAS kernels use
+ * them) and for the baseline, and the loader picks one for the machine (GNU ifunc), so the library stays portable
+ * while vector loops run 8 floats wide where they can. -ffp-contract=off still applies: no FMA is introduced
+ * where the source has none; the explicit fmaf of evo_sigmoid_f32 is exact on either clone (an instruction on v3,
+ * libm's correctly rounded fmaf on the baseline), so results do not depend on the clone. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EVO_NO_CLONES)
-#define EVO_TASK __attribute__((target_clones("avx2", "default")))
+#define EVO_TASK __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define EVO_TASK
 #endif

@@ -1,0 +1,463 @@
+"""Export the whole-model corpus: real detection models as their users export them (issue #9).
+
+Usage (with the corpus venv described in models/README.md, "Whole-model corpus"):
+
+    python models/corpus.py                       # every entry into ~/.cache/evonnx/corpus
+    python models/corpus.py --out /tmp/corpus --only yolov8n --only retinanet_resnet50_fpn_hot
+    python models/corpus.py --list                # entries, whether each file exists, recorded status
+
+Every model is built with random weights (ultralytics from its YAML configs, torchvision with
+``weights=None, weights_backbone=None``) after ``torch.manual_seed(SEED)``, so nothing is downloaded and a
+rerun gives the same graphs. Each entry is exported into ``<out>/<name>.onnx`` (one file, no external
+data), checked with ``onnx.checker`` and run once in onnxruntime (CPU) on its input recipe, and recorded in
+``<out>/corpus.json``. An entry whose file still has the recorded hash, or whose export failed under the
+same package versions, is skipped unless ``--force``. An exporter failure is an entry with
+``"status": "export_failed"`` and a one-line reason, never a silent gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SEED = 0
+GENERATOR = "models/corpus.py"
+DEFAULT_OUT = Path.home() / ".cache" / "evonnx" / "corpus"
+TS_OPSET = 17  # TorchScript exporter, as torchvision's own ONNX tests and most user recipes
+DYNAMO_OPSET = 18  # the dynamo exporter's own default
+HOT_BIAS = 4.0
+VERSIONED = ("torch", "torchvision", "ultralytics", "onnx", "onnxruntime", "onnxscript", "onnxslim", "numpy")
+
+# ultralytics reads these when it is imported: no DNS probe, no pip, settings outside the user's home
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("YOLO_AUTOINSTALL", "False")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One corpus model: how to build and export it, and the input its recipe describes."""
+
+    name: str
+    codebase: str  # "ultralytics" | "torchvision"
+    arch: str  # ultralytics YAML, or the torchvision constructor name
+    exporter: str  # "ultralytics" | "torchscript" | "dynamo"
+    description: str
+    image_shape: tuple[int, ...]  # the recipe's input shape (NCHW for ultralytics, CHW for torchvision)
+    dynamic: bool = False
+    nms: bool = False
+    hot: bool = False
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra ultralytics export() arguments
+    check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
+
+
+def _ultralytics_entries() -> list[Entry]:
+    img, more = (1, 3, 640, 640), ((2, 3, 480, 640),)
+    out: list[Entry] = []
+
+    def add(name: str, yaml: str, what: str, *, both: bool = True, dyn_kw: dict[str, Any] | None = None,
+            hot: bool = False, **kw: Any) -> None:
+        for dyn in (False, True) if both else (False,):
+            args = kw | ((dyn_kw or {}) if dyn else {})
+            out.append(Entry(
+                name + ("_dynamic" if dyn else ""), "ultralytics", yaml, "ultralytics",
+                what + (", dynamic batch/height/width" if dyn else ", static 640x640"), img,
+                dynamic=dyn, nms=args.get("nms") is True, hot=hot, kwargs=args, check_shapes=more if dyn else ()))
+
+    add("yolov8n", "yolov8n.yaml", "YOLOv8n detect, raw (1,84,8400) for external NMS")
+    add("yolov8n_opset13", "yolov8n.yaml", "YOLOv8n detect at opset 13", opset=13)
+    add("yolov8n_nms", "yolov8n.yaml", "YOLOv8n detect with NMS in the graph (nms=True; dynamic: batch=4, "
+        "the NMS loop unrolled over 4 images)", nms=True, dyn_kw={"batch": 4})
+    add("yolov8n_nms_hot", "yolov8n.yaml", "YOLOv8n with NMS, class bias +4 so boxes pass conf=0.25 and reach NMS",
+        nms=True, hot=True, dyn_kw={"batch": 4})
+    add("yolo11n", "yolo11n.yaml", "YOLO11n detect, raw (1,84,8400)")
+    add("yolo11n_nms", "yolo11n.yaml", "YOLO11n detect with NMS in the graph (nms=True)", both=False, nms=True)
+    add("yolo11n_nms_hot", "yolo11n.yaml", "YOLO11n with NMS, class bias +4 so boxes reach NMS", both=False,
+        nms=True, hot=True)
+    add("yolov5nu", "yolov5n.yaml", "YOLOv5nu: ultralytics' anchor-free YOLOv5n, raw (1,84,8400)")
+    add("yolov8n_seg", "yolov8n-seg.yaml", "YOLOv8n-seg: boxes+mask coefficients and (1,32,160,160) protos")
+    add("yolov8n_seg_nms", "yolov8n-seg.yaml", "YOLOv8n-seg with NMS in the graph", both=False, nms=True)
+    add("yolov8n_seg_nms_hot", "yolov8n-seg.yaml", "YOLOv8n-seg with NMS, class bias +4 so boxes reach NMS",
+        both=False, nms=True, hot=True)
+    add("yolov8n_pose", "yolov8n-pose.yaml", "YOLOv8n-pose: boxes + 17 keypoints, raw (1,56,8400)")
+    add("yolov8n_pose_nms", "yolov8n-pose.yaml", "YOLOv8n-pose with NMS in the graph", both=False, nms=True)
+    add("yolov8n_obb", "yolov8n-obb.yaml", "YOLOv8n-obb: rotated boxes (15 DOTA classes + angle), raw")
+    add("yolo11n_seg", "yolo11n-seg.yaml", "YOLO11n-seg, raw outputs", both=False)
+    add("yolo26n", "yolo26n.yaml", "YOLO26n, one-to-many head (nms=None, the default): raw for external NMS")
+    add("yolo26n_e2e", "yolo26n.yaml", "YOLO26n NMS-free end-to-end head (nms=False): top-k in the graph",
+        nms=False)
+    add("yolov10n", "yolov10n.yaml", "YOLOv10n, one-to-many head (nms=None, the default)")
+    add("yolov10n_e2e", "yolov10n.yaml", "YOLOv10n NMS-free end-to-end head (nms=False): top-k in the graph",
+        both=False, nms=False)
+    add("rtdetr_l", "rtdetr-l.yaml", "RT-DETR-l: transformer decoder with deformable attention (GridSample)",
+        both=False)
+    return out
+
+
+TORCHVISION = (  # (constructor, CHW recipe shape)
+    ("ssdlite320_mobilenet_v3_large", (3, 320, 320)),
+    ("fasterrcnn_mobilenet_v3_large_320_fpn", (3, 320, 320)),
+    ("retinanet_resnet50_fpn", (3, 512, 512)),
+    ("fcos_resnet50_fpn", (3, 512, 512)),
+)
+
+
+def _torchvision_entries() -> list[Entry]:
+    out: list[Entry] = []
+    for arch, shape in TORCHVISION:
+        more = ((shape[0], 384, 512),)
+        for hot in (False, True):
+            base = arch + ("_hot" if hot else "")
+            what = f"torchvision {arch}, transform and post-processing in the graph" + (
+                f", classification bias set to +{HOT_BIAS:g} so detections pass the score threshold" if hot else "")
+            out.append(Entry(base, "torchvision", arch, "torchscript", what + ", static", shape, hot=hot))
+            out.append(Entry(base + "_dynamic", "torchvision", arch, "torchscript", what + ", dynamic height/width",
+                             shape, dynamic=True, hot=hot, check_shapes=more))
+            out.append(Entry(base + "_dynamo", "torchvision", arch, "dynamo", what + ", static", shape, hot=hot))
+    return out
+
+
+ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# exporters: each writes one .onnx file at the given path and returns the source record
+# ---------------------------------------------------------------------------------------------------------
+class ExportFailed(Exception):
+    """The exporter itself refused the model; the entry is recorded with this one-line reason."""
+
+
+@contextlib.contextmanager
+def _chdir(path: Path) -> Iterator[None]:
+    old = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def _export_ultralytics(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    from ultralytics import YOLO, RTDETR, __version__ as ul_version
+    from ultralytics.utils import LOGGER
+
+    # ultralytics' check_requirements would pip-install onnxslim, and with autoinstall off it exports an
+    # unslimmed graph after a warning: a different model. Require it here instead.
+    import onnxslim  # noqa: F401
+
+    LOGGER.setLevel("WARNING")
+    args: dict[str, Any] = {"format": "onnx", "imgsz": 640, "dynamic": e.dynamic, "device": "cpu"}
+    args.update(e.kwargs)
+    cls = RTDETR if e.arch.startswith("rtdetr") else YOLO
+    torch.manual_seed(SEED)
+    with _chdir(stage):
+        model = cls(e.arch)
+        hot = _hot_bias_ultralytics(model.model) if e.hot else None
+        produced = Path(model.export(**args))
+    if not produced.is_absolute():
+        produced = stage / produced
+    m = onnx.load(str(produced))
+    # the only non-reproducible bytes: ultralytics stamps the export time into the metadata
+    kept = [p for p in m.metadata_props if p.key != "date"]
+    del m.metadata_props[:]
+    m.metadata_props.extend(kept)
+    onnx.save(m, str(dst))
+    call = f'torch.manual_seed({SEED}); model = {cls.__name__}("{e.arch}"); ' + (f"{hot}; " if hot else "")
+    call += "model.export(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+    return {"codebase": "ultralytics", "version": ul_version, "call": call,
+            "notes": "random weights from the YAML; simplify=True (default, onnxslim); metadata 'date' dropped"}
+
+
+def _hot_bias_ultralytics(model: torch.nn.Module) -> str:
+    """Lift the Detect head's class logits (init about -9 to -12) to +4: sigmoid 0.98 passes conf=0.25."""
+    head = model.model[-1]
+    with torch.no_grad():
+        for branch in ("cv3", "one2one_cv3"):
+            for seq in getattr(head, branch, ()):
+                seq[-1].bias.fill_(HOT_BIAS)
+    return f"model.model.model[-1].cv3[*][-1].bias = {HOT_BIAS:g}"
+
+
+def _hot_bias(model: torch.nn.Module, arch: str) -> str:
+    """Set the final classification bias so random-weight scores pass the score threshold; say how."""
+    with torch.no_grad():
+        if arch.startswith(("retinanet", "fcos")):  # sigmoid scores: every class at sigmoid(4) = 0.98
+            model.head.classification_head.cls_logits.bias.fill_(HOT_BIAS)
+            return f"head.classification_head.cls_logits.bias = {HOT_BIAS:g} (sigmoid scores)"
+        if arch.startswith("ssdlite"):  # softmax over 91 classes per anchor: lift classes 1..4
+            for block in model.head.classification_head.module_list:
+                conv = block[-1]
+                conv.bias.view(-1, model.head.classification_head.num_columns)[:, 1:5] = HOT_BIAS
+            return f"head.classification_head.module_list[*][-1].bias[classes 1..4] = {HOT_BIAS:g} (softmax)"
+        if arch.startswith("fasterrcnn"):  # softmax: classes 1..4 at e^4 / (4 e^4 + 87) = 0.18 > 0.05
+            model.roi_heads.box_predictor.cls_score.bias[1:5] = HOT_BIAS
+            return f"roi_heads.box_predictor.cls_score.bias[1:5] = {HOT_BIAS:g} (softmax)"
+    raise ValueError(f"no hot variant known for {arch}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The innermost cause's first line, plus the user frame torch.export names, as one short line."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 8:
+        chain.append(chain[-1].__cause__)
+    root = chain[-1]
+    text = str(root).strip()
+    first = re.sub(r"\s+", " ", text.splitlines()[0] if text else "")
+    if len(first) > 240:
+        first = first[:237] + "..."
+    where = re.search(r"Caused by: \(([^)]*)\)", "\n".join(str(c) for c in chain))
+    return f"{type(root).__name__}: {first}" + (f" [at {where.group(1)}]" if where else "")
+
+
+def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    import torchvision
+    from torchvision.models import detection
+
+    torch.manual_seed(SEED)
+    model = getattr(detection, e.arch)(weights=None, weights_backbone=None).eval()
+    hot = _hot_bias(model, e.arch) if e.hot else None
+    image = torch.rand(e.image_shape, generator=torch.Generator().manual_seed(SEED))
+    with torch.no_grad():
+        out_names = list(model([image])[0].keys())
+    tmp = stage / "model.onnx"
+    if e.exporter == "torchscript":
+        axes = None
+        if e.dynamic:
+            axes = {"images": {1: "height", 2: "width"}} | {n: {0: "detections"} for n in out_names}
+        kw: dict[str, Any] = {"dynamo": False, "opset_version": TS_OPSET, "input_names": ["images"],
+                              "output_names": out_names, "dynamic_axes": axes}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TracerWarnings on every shape-to-Python conversion
+            torch.onnx.export(model, ([image],), str(tmp), **kw)
+    else:
+        kw = {"dynamo": True, "opset_version": DYNAMO_OPSET, "input_names": ["images"],
+              "output_names": out_names, "external_data": False}
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, ([image],), str(tmp), **kw)
+        except Exception as exc:  # any exporter failure is the recorded result, not a crash of the run
+            raise ExportFailed(_one_line(exc)) from exc
+    m = onnx.load(str(tmp))
+    # the dynamo exporter stamps each node with a stack trace holding absolute paths: not part of the graph
+    for node in m.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    m.graph.doc_string = ""
+    m.doc_string = ""
+    onnx.save(m, str(dst))
+    ctor = f"torchvision.models.detection.{e.arch}(weights=None, weights_backbone=None).eval()"
+    call = f"torch.manual_seed({SEED}); model = {ctor}; " + (f"model.{hot}; " if hot else "")
+    args = ", ".join(f"{k}={v!r}" for k, v in kw.items() if v is not None)
+    call += f"torch.onnx.export(model, ([image],), f, {args})"
+    return {"codebase": "torchvision", "version": torchvision.__version__, "call": call,
+            "notes": "node metadata_props and doc strings stripped"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# records
+# ---------------------------------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | str]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in vi.type.tensor_type.shape.dim]
+
+
+def _io(vis: Any) -> list[dict[str, Any]]:
+    return [{"name": vi.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name,
+             "shape": _dims(vi)} for vi in vis]
+
+
+def _recipe(e: Entry) -> dict[str, Any]:
+    r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float32", "shape": list(e.image_shape),
+                         "distribution": f"uniform, numpy.random.default_rng({SEED}).random(shape)"}
+    if e.check_shapes:
+        r["also_checked"] = [list(s) for s in e.check_shapes]
+    if e.codebase == "torchvision":
+        r["note"] = "one CHW image (the list of one image torchvision takes); the graph normalizes and resizes it"
+    if e.nms and e.kwargs.get("batch", 1) > 1:
+        r["note"] = f"batch up to {e.kwargs['batch']} (NMS loop unrolled over that batch, smaller ones padded)"
+    return r
+
+
+def _ort_check(path: Path, e: Entry) -> dict[str, Any]:
+    """Run the model once per recipe shape in onnxruntime (CPU); record output shapes, or the error line."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.log_severity_level = 3
+    runs = []
+    try:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        for shape in (e.image_shape, *e.check_shapes):
+            x = np.random.default_rng(SEED).random(shape, dtype=np.float32)
+            t0 = time.perf_counter()
+            outs = sess.run(None, {sess.get_inputs()[0].name: x})
+            outputs = [{"name": o.name, "shape": list(a.shape), "dtype": a.dtype.name,
+                        "nonzero": int(np.count_nonzero(a)),
+                        "nonfinite": int(a.size - np.count_nonzero(np.isfinite(a))) if a.dtype.kind == "f" else 0}
+                       for o, a in zip(sess.get_outputs(), outs, strict=True)]
+            runs.append({"input_shape": list(shape), "seconds": round(time.perf_counter() - t0, 3),
+                         "outputs": outputs})
+    except Exception as exc:  # an onnxruntime failure is the recorded result of the check
+        return {"status": "error", "error": _one_line(exc), "runs": runs}
+    return {"status": "ok", "runs": runs}
+
+
+def _record(e: Entry, path: Path, source: dict[str, Any], seconds: float) -> dict[str, Any]:
+    m = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+        checker = "ok"
+    except Exception as exc:  # a checker complaint is recorded, the model is still what the exporter gave
+        checker = _one_line(exc)
+    inits = {i.name for i in m.graph.initializer}
+    opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    hist = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+                               for n in m.graph.node)
+    return {
+        "name": e.name, "file": path.name, "sha256": _sha256(path), "size_bytes": path.stat().st_size,
+        "status": "ok", "description": e.description, "source": source, "exporter": e.exporter,
+        "opset": opset, "ir_version": m.ir_version, "dynamic": e.dynamic, "nms": e.nms,
+        "inputs": _io(vi for vi in m.graph.input if vi.name not in inits), "outputs": _io(m.graph.output),
+        "input_recipe": _recipe(e), "node_count": len(m.graph.node), "initializer_count": len(inits),
+        "op_histogram": dict(sorted(hist.items())), "onnx_checker": checker,
+        "export_seconds": round(seconds, 1), "ort_check": _ort_check(path, e),
+    }
+
+
+def _failed(e: Entry, reason: str, seconds: float) -> dict[str, Any]:
+    return {"name": e.name, "file": None, "sha256": None, "size_bytes": None, "status": "export_failed",
+            "reason": reason, "description": e.description,
+            "source": {"codebase": e.codebase, "arch": e.arch}, "exporter": e.exporter,
+            "opset": DYNAMO_OPSET if e.exporter == "dynamo" else TS_OPSET, "dynamic": e.dynamic, "nms": e.nms,
+            "input_recipe": _recipe(e), "export_seconds": round(seconds, 1)}
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in VERSIONED:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _load_manifest(out: Path) -> dict[str, Any]:
+    p = out / "corpus.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _write_manifest(out: Path, versions: dict[str, str], records: dict[str, dict[str, Any]]) -> None:
+    order = [e.name for e in ENTRIES]
+    models = [records[n] for n in order if n in records]
+    doc = {"generator": GENERATOR, "seed": SEED, "versions": versions, "models": models}
+    tmp = out / ".corpus.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, out / "corpus.json")
+
+
+def _up_to_date(e: Entry, out: Path, rec: dict[str, Any] | None, same_versions: bool) -> bool:
+    if rec is None:
+        return False
+    if rec.get("status") == "export_failed":
+        return same_versions  # deterministic: the same packages fail the same way
+    f = out / f"{e.name}.onnx"
+    return f.exists() and rec.get("sha256") == _sha256(f)
+
+
+def export_entry(e: Entry, out: Path) -> dict[str, Any]:
+    """Export one entry into ``out/<name>.onnx`` through a staging folder; return its manifest record."""
+    stage = Path(tempfile.mkdtemp(prefix=f".stage-{e.name}-", dir=out))
+    dst = out / f"{e.name}.onnx"
+    t0 = time.perf_counter()
+    try:
+        staged = stage / "final.onnx"
+        try:
+            fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
+                _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
+            source = fn(e, staged, stage)
+        except ExportFailed as exc:
+            dst.unlink(missing_ok=True)
+            return _failed(e, str(exc), time.perf_counter() - t0)
+        if staged.stat().st_size >= 2**31:
+            raise RuntimeError(f"{e.name}: {staged.stat().st_size} bytes, over the 2 GB single-file limit")
+        os.replace(staged, dst)
+        return _record(e, dst, source, time.perf_counter() - t0)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME", help="export only NAME (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the entries and exit")
+    ap.add_argument("--force", action="store_true", help="re-export entries that are up to date")
+    a = ap.parse_args(argv)
+    out = a.out.expanduser().resolve()
+    known = {e.name for e in ENTRIES}
+    unknown = [n for n in a.only if n not in known]
+    if unknown:
+        ap.error(f"unknown entries: {', '.join(unknown)} (see --list)")
+    old = _load_manifest(out)
+    records = {r["name"]: r for r in old.get("models", []) if r.get("name") in known}
+    if a.list:
+        for e in ENTRIES:
+            f = out / f"{e.name}.onnx"
+            rec = records.get(e.name, {})
+            state = "exists " if f.exists() else "missing"
+            print(f"{e.name:44s} {e.exporter:11s} {state} {rec.get('status', 'not exported'):13s} {e.description}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(out / ".ultralytics-config"))
+    versions = _versions()
+    same = old.get("versions") == versions
+    todo = [e for e in ENTRIES if not a.only or e.name in a.only]
+    t_all = time.perf_counter()
+    for e in todo:
+        if not a.force and _up_to_date(e, out, records.get(e.name), same):
+            print(f"corpus: {e.name}: up to date, skipped", flush=True)
+            continue
+        rec = export_entry(e, out)
+        records[e.name] = rec
+        _write_manifest(out, versions, records)
+        if rec["status"] == "ok":
+            chk = rec["ort_check"]
+            shapes = [o["shape"] for o in chk["runs"][0]["outputs"]] if chk["runs"] else []
+            print(f"corpus: {e.name}: ok, {rec['node_count']} nodes, {rec['size_bytes'] / 1e6:.1f} MB, "
+                  f"{rec['export_seconds']} s, ort {chk['status']} {shapes or chk.get('error')}", flush=True)
+        else:
+            print(f"corpus: {e.name}: export_failed: {rec['reason']}", flush=True)
+    _write_manifest(out, versions, records)
+    print(f"corpus: {len(todo)} entries in {time.perf_counter() - t_all:.0f} s -> {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
