@@ -143,7 +143,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
 
     The never-slower guard (`guard`, default on unless EVONNX_GUARD=0) times the optimized model against the
     original on this machine's CPU at 1 thread and at onnxruntime's default thread count, about `guard_seconds`
-    each; while it loses beyond the measurement's noise, kernels are left to onnxruntime in stages
+    each; while its median loses by more than 2%, kernels are left to onnxruntime in stages
     (`GUARD_STAGES`), ending with none at all, and each stage is rebuilt and checked again.
 
     Before any work, outputs that cannot be written (a folder, a missing or read-only folder) or that would

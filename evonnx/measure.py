@@ -4,7 +4,7 @@ benchmarks (`benchmarks/cpu.py`, and `evonnx bench`).
 `Runner` holds a session with its inputs bound; `interleaved` times several runners in rounds whose order rotates,
 so that slow drift of the machine (frequency, other load) falls on all of them alike; `stats` gives the median
 and p10/p90. `compare_models` times an original and its optimized model that way and says whether the optimized
-one is slower beyond the noise of the measurement itself.
+one is slower (its median ratio below 0.98).
 """
 
 from __future__ import annotations
@@ -193,8 +193,12 @@ class Comparison:
 
     @property
     def slower(self) -> bool:
-        """The optimized model loses beyond the noise of this measurement."""
-        return self.ratio < 1.0 - max(NOISE_FLOOR, self.noise)
+        """The optimized model's median loses by more than NOISE_FLOOR. The spread of the rounds does not widen
+        that margin: on a loaded machine (spread +-13 %) a kernel set measured at 0.886x would otherwise pass as a
+        tie; a noisy measurement is timed again, longer (`api.GUARD_RETIME_NOISE`), and what stays below 0.98x is
+        left to onnxruntime. Never slower is the promise; a neutral kernel dropped on a noisy machine costs
+        nothing."""
+        return self.ratio < 1.0 - NOISE_FLOOR
 
     def __str__(self) -> str:
         threads = f"{self.threads} thread(s)" if self.threads else "onnxruntime's default threads"
@@ -252,3 +256,53 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
     del runners
     gc.collect()  # free both sessions and their thread pools now
     return Comparison(threads, s_orig, s_opt, ratio, float((q3 - q1) / 2 / ratio))
+
+
+@dataclass
+class NodeProfile:
+    """onnxruntime's profiler on one model (`profile_nodes`): per node of the graph onnxruntime ran (after its own
+    optimizations: a node it fused away has no entry, the fused node has a name of its own), the median kernel
+    time over the profiled runs, and the median of their sum."""
+
+    times_us: dict[str, float]
+    ops: dict[str, str]
+    total_us: float
+
+
+def profile_nodes(model: bytes | str | Path, library: str | Path | None, feeds: Mapping[str, np.ndarray], *,
+                  threads: int = 1, runs: int = 20, warmup: int = 3) -> NodeProfile:
+    """Profile `model` (with its kernel `library`, if any) on the CPU EP with onnxruntime's own profiler: `warmup`
+    runs, then `runs` profiled ones. The profile file is removed."""
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="evonnx-profile-") as tmp:
+        so = session_options(threads)
+        so.log_severity_level = 4
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(tmp) / "profile")
+        if library is not None:
+            so.register_custom_ops_library(str(Path(library).absolute()))
+        try:
+            sess = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
+                                        providers=["CPUExecutionProvider"])
+            for _ in range(warmup + runs):
+                sess.run(None, dict(feeds))
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types
+            raise MeasureError(f"cannot profile the model: {str(e).splitlines()[0][:200]}") from e
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    per_node: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    for ev in events:
+        name = ev.get("name", "")
+        if ev.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        node = name[: -len("_kernel_time")]
+        per_node.setdefault(node, []).append(float(ev.get("dur", 0)))
+        ops[node] = ev.get("args", {}).get("op_name", "")
+    times = {n: float(np.median(d[warmup:] if len(d) > warmup else d)) for n, d in per_node.items()}
+    # one event per node and run, in run order: the k-th event of every node belongs to run k
+    sums = [sum(d[k] for d in per_node.values() if k < len(d)) for k in range(warmup, warmup + runs)]
+    return NodeProfile(times, ops, float(np.median(sums)) if sums else 0.0)

@@ -147,6 +147,37 @@ class ExportFailed(Exception):
 
 
 @contextlib.contextmanager
+def _exporter_call() -> Iterator[None]:
+    """Wrap the one call into an exporter: whatever it raises becomes the entry's recorded failure."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TracerWarnings on every shape-to-Python conversion
+            yield
+    except Exception as exc:  # the exporter's own failure is the recorded result, not a crash of the run
+        raise ExportFailed(_one_line(exc)) from exc
+
+
+@contextlib.contextmanager
+def _output_to(log: Path) -> Iterator[None]:
+    """Send everything written to fds 1 and 2 (Python, C++, subprocesses) to ``log`` for the duration."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with log.open("w") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+@contextlib.contextmanager
 def _chdir(path: Path) -> Iterator[None]:
     old = Path.cwd()
     os.chdir(path)
@@ -157,14 +188,12 @@ def _chdir(path: Path) -> Iterator[None]:
 
 
 def _export_ultralytics(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
-    from ultralytics import YOLO, RTDETR, __version__ as ul_version
-    from ultralytics.utils import LOGGER
-
     # ultralytics' check_requirements would pip-install onnxslim, and with autoinstall off it exports an
     # unslimmed graph after a warning: a different model. Require it here instead.
     import onnxslim  # noqa: F401
+    from ultralytics import RTDETR, YOLO
+    from ultralytics import __version__ as ul_version
 
-    LOGGER.setLevel("WARNING")
     args: dict[str, Any] = {"format": "onnx", "imgsz": 640, "dynamic": e.dynamic, "device": "cpu"}
     args.update(e.kwargs)
     cls = RTDETR if e.arch.startswith("rtdetr") else YOLO
@@ -172,7 +201,8 @@ def _export_ultralytics(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     with _chdir(stage):
         model = cls(e.arch)
         hot = _hot_bias_ultralytics(model.model) if e.hot else None
-        produced = Path(model.export(**args))
+        with _exporter_call():
+            produced = Path(model.export(**args))
     if not produced.is_absolute():
         produced = stage / produced
     m = onnx.load(str(produced))
@@ -181,36 +211,42 @@ def _export_ultralytics(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     del m.metadata_props[:]
     m.metadata_props.extend(kept)
     onnx.save(m, str(dst))
-    call = f'torch.manual_seed({SEED}); model = {cls.__name__}("{e.arch}"); ' + (f"{hot}; " if hot else "")
+    call = f'torch.manual_seed({SEED}); model = {cls.__name__}("{e.arch}"); ' + (f"{hot[0]}; " if hot else "")
     call += "model.export(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+    notes = "random weights from the YAML; simplify=True (the default: onnxslim); metadata 'date' dropped"
     return {"codebase": "ultralytics", "version": ul_version, "call": call,
-            "notes": "random weights from the YAML; simplify=True (default, onnxslim); metadata 'date' dropped"}
+            "notes": notes + (f"; {hot[1]}" if hot else "")}
 
 
-def _hot_bias_ultralytics(model: torch.nn.Module) -> str:
+def _hot_bias_ultralytics(model: Any) -> tuple[str, str]:
     """Lift the Detect head's class logits (init about -9 to -12) to +4: sigmoid 0.98 passes conf=0.25."""
     head = model.model[-1]
     with torch.no_grad():
         for branch in ("cv3", "one2one_cv3"):
             for seq in getattr(head, branch, ()):
                 seq[-1].bias.fill_(HOT_BIAS)
-    return f"model.model.model[-1].cv3[*][-1].bias = {HOT_BIAS:g}"
+    return (f"model.model.model[-1].cv3[i][-1].bias[:] = {HOT_BIAS:g}",
+            f"hot: every class logit bias +{HOT_BIAS:g} (sigmoid 0.98), so boxes pass conf=0.25 and reach NMS")
 
 
-def _hot_bias(model: torch.nn.Module, arch: str) -> str:
+def _hot_bias(model: Any, arch: str) -> tuple[str, str]:
     """Set the final classification bias so random-weight scores pass the score threshold; say how."""
+    b = f"{HOT_BIAS:g}"
     with torch.no_grad():
-        if arch.startswith(("retinanet", "fcos")):  # sigmoid scores: every class at sigmoid(4) = 0.98
+        if arch.startswith(("retinanet", "fcos")):  # sigmoid scores: init prior 0.01 < score_thresh 0.05
             model.head.classification_head.cls_logits.bias.fill_(HOT_BIAS)
-            return f"head.classification_head.cls_logits.bias = {HOT_BIAS:g} (sigmoid scores)"
-        if arch.startswith("ssdlite"):  # softmax over 91 classes per anchor: lift classes 1..4
+            return (f"model.head.classification_head.cls_logits.bias[:] = {b}",
+                    f"hot: every class at sigmoid({b}) = 0.98 > score_thresh 0.05")
+        if arch.startswith("ssdlite"):  # softmax is shift-invariant: lift classes 1..4 of every anchor
+            k = model.head.classification_head.num_columns
             for block in model.head.classification_head.module_list:
-                conv = block[-1]
-                conv.bias.view(-1, model.head.classification_head.num_columns)[:, 1:5] = HOT_BIAS
-            return f"head.classification_head.module_list[*][-1].bias[classes 1..4] = {HOT_BIAS:g} (softmax)"
+                block[-1].bias.view(-1, k)[:, 1:5] = HOT_BIAS
+            return (f"model.head.classification_head.module_list[i][-1].bias.view(-1, {k})[:, 1:5] = {b}",
+                    "hot: softmax over 91 classes, classes 1..4 lifted (cold already passes score_thresh 0.001)")
         if arch.startswith("fasterrcnn"):  # softmax: classes 1..4 at e^4 / (4 e^4 + 87) = 0.18 > 0.05
             model.roi_heads.box_predictor.cls_score.bias[1:5] = HOT_BIAS
-            return f"roi_heads.box_predictor.cls_score.bias[1:5] = {HOT_BIAS:g} (softmax)"
+            return (f"model.roi_heads.box_predictor.cls_score.bias[1:5] = {b}",
+                    "hot: softmax over 91 classes, classes 1..4 at about 0.18 > box_score_thresh 0.05")
     raise ValueError(f"no hot variant known for {arch}")
 
 
@@ -236,6 +272,7 @@ def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     model = getattr(detection, e.arch)(weights=None, weights_backbone=None).eval()
     hot = _hot_bias(model, e.arch) if e.hot else None
     image = torch.rand(e.image_shape, generator=torch.Generator().manual_seed(SEED))
+    image_code = f"image = torch.rand({tuple(e.image_shape)}, generator=torch.Generator().manual_seed({SEED}))"
     with torch.no_grad():
         out_names = list(model([image])[0].keys())
     tmp = stage / "model.onnx"
@@ -245,18 +282,11 @@ def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
             axes = {"images": {1: "height", 2: "width"}} | {n: {0: "detections"} for n in out_names}
         kw: dict[str, Any] = {"dynamo": False, "opset_version": TS_OPSET, "input_names": ["images"],
                               "output_names": out_names, "dynamic_axes": axes}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TracerWarnings on every shape-to-Python conversion
-            torch.onnx.export(model, ([image],), str(tmp), **kw)
     else:
         kw = {"dynamo": True, "opset_version": DYNAMO_OPSET, "input_names": ["images"],
               "output_names": out_names, "external_data": False}
-        try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
-                warnings.simplefilter("ignore")
-                torch.onnx.export(model, ([image],), str(tmp), **kw)
-        except Exception as exc:  # any exporter failure is the recorded result, not a crash of the run
-            raise ExportFailed(_one_line(exc)) from exc
+    with _exporter_call():
+        torch.onnx.export(model, ([image],), str(tmp), **kw)
     m = onnx.load(str(tmp))
     # the dynamo exporter stamps each node with a stack trace holding absolute paths: not part of the graph
     for node in m.graph.node:
@@ -266,11 +296,11 @@ def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     m.doc_string = ""
     onnx.save(m, str(dst))
     ctor = f"torchvision.models.detection.{e.arch}(weights=None, weights_backbone=None).eval()"
-    call = f"torch.manual_seed({SEED}); model = {ctor}; " + (f"model.{hot}; " if hot else "")
+    call = f"torch.manual_seed({SEED}); model = {ctor}; " + (f"{hot[0]}; " if hot else "")
     args = ", ".join(f"{k}={v!r}" for k, v in kw.items() if v is not None)
-    call += f"torch.onnx.export(model, ([image],), f, {args})"
-    return {"codebase": "torchvision", "version": torchvision.__version__, "call": call,
-            "notes": "node metadata_props and doc strings stripped"}
+    call += f"{image_code}; torch.onnx.export(model, ([image],), f, {args})"
+    notes = "node metadata_props and doc strings stripped" + (f"; {hot[1]}" if hot else "")
+    return {"codebase": "torchvision", "version": torchvision.__version__, "call": call, "notes": notes}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -295,7 +325,7 @@ def _io(vis: Any) -> list[dict[str, Any]]:
 
 def _recipe(e: Entry) -> dict[str, Any]:
     r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float32", "shape": list(e.image_shape),
-                         "distribution": f"uniform, numpy.random.default_rng({SEED}).random(shape)"}
+                         "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"}
     if e.check_shapes:
         r["also_checked"] = [list(s) for s in e.check_shapes]
     if e.codebase == "torchvision":
@@ -401,7 +431,9 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
         try:
             fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
                 _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
-            source = fn(e, staged, stage)
+            (out / "logs").mkdir(exist_ok=True)
+            with _output_to(out / "logs" / f"{e.name}.log"):
+                source = fn(e, staged, stage)
         except ExportFailed as exc:
             dst.unlink(missing_ok=True)
             return _failed(e, str(exc), time.perf_counter() - t0)
@@ -444,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.force and _up_to_date(e, out, records.get(e.name), same):
             print(f"corpus: {e.name}: up to date, skipped", flush=True)
             continue
+        print(f"corpus: {e.name}: exporting ({e.exporter}), log in {out / 'logs' / (e.name + '.log')}", flush=True)
         rec = export_entry(e, out)
         records[e.name] = rec
         _write_manifest(out, versions, records)

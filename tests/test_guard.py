@@ -26,17 +26,17 @@ def _cmp(ratio: float, noise: float = 0.01, threads: int = 1) -> Comparison:
 
 
 def _conv_model(tmp_path: Path) -> Path:
-    """x -> Neg -> Abs (a kernel feeding a Conv) -> Conv -> Sigmoid -> Mul 2 -> Add 1 (a kernel reading it) -> y."""
+    """x -> Neg -> Abs (a kernel feeding a Conv) -> Conv -> Transpose -> Sigmoid -> Add 1 (a kernel reading it) -> y.
+    (A Sigmoid right after the Conv would stay with onnxruntime, which folds it into the convolution.)"""
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     nodes = [helper.make_node("Neg", ["x"], ["a"], name="neg"), helper.make_node("Abs", ["a"], ["b"], name="abs"),
              helper.make_node("Conv", ["b", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Sigmoid", ["c"], ["s"], name="sig"), helper.make_node("Mul", ["s", "two"], ["m"],
-                                                                                      name="mul"),
-             helper.make_node("Add", ["m", "one"], ["y"], name="add")]
+             helper.make_node("Transpose", ["c"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("Sigmoid", ["t"], ["s"], name="sig"), helper.make_node("Add", ["s", "one"], ["y"],
+                                                                                      name="add")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
-                          [w, numpy_helper.from_array(np.array(2, np.float32), "two"),
-                           numpy_helper.from_array(np.array(1, np.float32), "one")])
+                          [w, numpy_helper.from_array(np.array(1, np.float32), "one")])
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return path
@@ -56,10 +56,11 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, ratios: list[float]) -> list[int]
     return calls
 
 
-def test_slower_beyond_noise_only() -> None:
+def test_slower_below_the_floor_whatever_the_spread() -> None:
     assert _cmp(0.90).slower
     assert not _cmp(0.99).slower  # within the 2% floor
-    assert not _cmp(0.95, noise=0.08).slower  # within this measurement's own spread
+    assert _cmp(0.95, noise=0.08).slower  # a wide spread is no excuse (FCOS measured 0.886x at +-13% under load)
+    assert not _cmp(0.985, noise=0.2).slower
     assert not _cmp(1.3).slower
 
 
@@ -76,7 +77,7 @@ def test_stages_leave_kernels_to_onnxruntime_until_not_slower(tmp_path: Path,
     res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True, report=tmp_path / "r.json")
     # first the kernel feeding the Conv goes, then the model measures faster and the other kernel stays
     assert calls == [2, 1]
-    assert [k.source_ops for k in res.kernels] == [("Sigmoid", "Mul", "Add")]
+    assert [k.source_ops for k in res.kernels] == [("Transpose", "Sigmoid", "Add")]
     assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[0][1], 1)]
     rejected = {r.node: r.reason for r in res.plan.rejected}
     assert "never-slower guard" in rejected["neg"] and "0.800x" in rejected["neg"]

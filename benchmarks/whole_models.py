@@ -1,0 +1,162 @@
+"""Whole-model benchmark (issue 9): each model optimized as a user would (`evonnx.optimize`, check and never-slower
+guard on), then timed against the original in one interleaved run, with onnxruntime's profiler giving the measured
+Amdahl bound.
+
+    .venv/bin/python benchmarks/whole_models.py MODEL.onnx ... [--dim N=1] [--out benchmarks/results/whole_models.txt]
+    .venv/bin/python benchmarks/whole_models.py --corpus ~/.cache/evonnx/corpus      # every `ok` entry of corpus.json
+
+Per model:
+- optimize: nodes before and after, kernels kept, the check's verdict, what the guard dropped, seconds taken;
+- ratio at 1 and 2 intra-op threads: original median / optimized median (`evonnx.measure.compare_models`, about
+  2 s of runs each in 10 interleaved rounds; above 1 evonnx is faster), with the noise (half the interquartile
+  range of the per-round ratios);
+- f, the measured Amdahl share: of onnxruntime's profiled kernel time on the original (1 thread, its graph after
+  its own optimizations), the part spent in nodes that evonnx lowers and that onnxruntime does not already fuse
+  (the planner's analysis, `passes/ort_layout.py` included). A node onnxruntime fused away (QuickGelu, FusedConv)
+  has no profile entry of its own and counts as not fusable. The bound is 1 / (1 - f): the speedup if every such
+  node took no time at all;
+- reached: the saving measured at 1 thread, (1 - 1/ratio), as a share of f (the issue asks for 80 %).
+
+Inputs are evonnx's own synthesized ones (`verify.make_inputs`) at the sizes `--dim` / the corpus recipe give.
+This is a benchmark, not a test: nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import evonnx  # noqa: E402
+from evonnx.api import library_path  # noqa: E402
+from evonnx.errors import EvonnxError  # noqa: E402
+from evonnx.measure import MeasureError, compare_models, profile_nodes  # noqa: E402
+from evonnx.model import load_model  # noqa: E402
+from evonnx.passes.lazy import Reject  # noqa: E402
+from evonnx.passes.pipeline import run_pipeline  # noqa: E402
+from evonnx.verify import make_inputs  # noqa: E402
+
+
+def amdahl(model: onnx.ModelProto, feeds: dict) -> dict[str, float]:
+    """f (see the module doc), the bound 1/(1-f), and the profiled total, on `model` as evonnx loads it."""
+    result = run_pipeline(model)
+    fusable = {n for n, low in result.analysis.lowered.items() if not isinstance(low, Reject)}
+    planned = {n for spec in result.specs for n in spec.source_nodes}
+    prof = profile_nodes(model.SerializeToString(), None, feeds, threads=1, runs=10)
+    total = sum(prof.times_us.values()) or 1.0
+    f = sum(t for n, t in prof.times_us.items() if n in fusable) / total
+    p = sum(t for n, t in prof.times_us.items() if n in planned) / total
+    return {"f": f, "bound": 1.0 / max(1e-9, 1.0 - f), "planned_share": p, "profiled_us": prof.total_us}
+
+
+def bench_one(path: Path, sizes: dict[str, int], work: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": path.stem}
+    original = load_model(path)
+    row["nodes"] = len(original.graph.node)
+    dst = work / f"{path.stem}.opt.onnx"
+    t0 = time.perf_counter()
+    try:
+        res = evonnx.optimize(path, dst, sizes=sizes or None)
+    except EvonnxError as e:
+        row["error"] = f"optimize: {str(e).splitlines()[0][:200]}"
+        return row
+    row["optimize_s"] = time.perf_counter() - t0
+    row["nodes_after"] = res.nodes_after
+    row["kernels"] = len(res.kernels)
+    row["check"] = str(res.check)[:120] if res.check is not None else "not run"
+    row["guard"] = str(res.guard)[:300] if res.guard is not None else ""
+    feeds = make_inputs(original, sizes, 0)
+    for threads in (1, 2):
+        try:
+            c = compare_models(path.read_bytes(), dst, library_path(dst), feeds, threads=threads, seconds=2.0)
+            row[f"ratio_{threads}t"] = c.ratio
+            row[f"noise_{threads}t"] = c.noise
+        except (MeasureError, EvonnxError) as e:
+            row[f"ratio_{threads}t"] = None
+            row["error"] = f"timing: {str(e).splitlines()[0][:200]}"
+    try:
+        row.update(amdahl(original, feeds))
+    except MeasureError as e:
+        row["error"] = f"profile: {e}"
+    r, f = row.get("ratio_1t"), row.get("f")
+    if r and f:
+        row["reached"] = (1.0 - 1.0 / r) / f
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def num(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, (int, float)) else "–"
+
+    lines = ["| model | nodes | kernels | ratio 1T (noise) | ratio 2T (noise) | f | bound | reached | optimize s | "
+             "guard / error |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r.get('nodes', '–')} → {r.get('nodes_after', '–')} | {r.get('kernels', '–')} | "
+            f"{num(r.get('ratio_1t'), '.3f')} (±{num(r.get('noise_1t'), '.1%')}) | "
+            f"{num(r.get('ratio_2t'), '.3f')} (±{num(r.get('noise_2t'), '.1%')}) | {num(r.get('f'), '.1%')} | "
+            f"{num(r.get('bound'), '.3f')} | {num(r.get('reached'), '.0%')} | {num(r.get('optimize_s'), '.0f')} | "
+            f"{r.get('error') or r.get('guard', '')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", type=Path)
+    ap.add_argument("--corpus", type=Path, help="a corpus folder with corpus.json (models/corpus.py)")
+    ap.add_argument("--dim", action="append", default=[], help="SYMBOL=SIZE for every model (repeatable)")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "whole_models.txt")
+    ap.add_argument("--json", type=Path, help="the rows as JSON too")
+    args = ap.parse_args(argv)
+    sizes = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
+    jobs: list[tuple[Path, dict[str, int]]] = [(m, sizes) for m in args.models]
+    if args.corpus:
+        manifest = json.loads((args.corpus / "corpus.json").read_text())
+        for e in manifest["models"]:
+            if e.get("status", "ok") == "ok":
+                jobs.append((args.corpus / e["file"], {**_recipe_sizes(e), **sizes}))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="evonnx-whole-") as tmp:
+        for path, sz in jobs:
+            row = bench_one(path, sz, Path(tmp))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    head = (f"# {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; onnxruntime "
+            f"{__import__('onnxruntime').__version__}; command: benchmarks/whole_models.py "
+            f"{' '.join(sys.argv[1:])}")
+    text = head + "\n" + table(rows) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    print(text)
+    return 0
+
+
+def _recipe_sizes(entry: dict[str, Any]) -> dict[str, int]:
+    """Symbol sizes from a corpus entry's input recipe shape against its declared input shape."""
+    out: dict[str, int] = {}
+    shape = (entry.get("input_recipe") or {}).get("shape")
+    inputs = entry.get("inputs") or []
+    if shape and inputs:
+        for d, s in zip(inputs[0].get("shape", []), shape):
+            if isinstance(d, str) and isinstance(s, int):
+                out[d] = s
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
