@@ -23,6 +23,7 @@ from evonnx.index import Poly, Sym
 from evonnx.inputs import AmbiguousInputs, load_user_inputs
 from evonnx.measure import Comparison, MeasureError, compare_models
 from evonnx.model import DOMAIN, implicit_inputs, load_model, overridable
+from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.records import FusionPlan, KernelSpec
 from evonnx.verify import CheckResult, _symbols, check_models, check_sizes, make_inputs
 
@@ -163,6 +164,10 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         raise UsageError(f"planner must be search or greedy, not '{planner}'")
     with _Staging(outputs) as staged:
         original = load_model(src)
+        # plan on the graph onnxruntime runs: what it folds at session start never becomes a kernel
+        # (EVONNX_ORT_FOLD=0: plan on the graph as written)
+        if os.environ.get("EVONNX_ORT_FOLD", "1") != "0":
+            original = fold_like_onnxruntime(original) or original
         user_inputs = load_user_inputs(inputs, original) if inputs is not None and check else []
         if check:
             check_sizes(original, sizes, shapes)
@@ -231,7 +236,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                                                 (n for spec in chosen for n in spec.source_nodes))})
             guarded.dropped.append((what, len(chosen), str(losing[0])))
             log.info("guard: %s; leaving %d %s to onnxruntime", losing[0], len(chosen), what)
-        out = OptimizeResult(dst, lib, len(original.graph.node), len(out_model.graph.node), result.specs,
+        out = OptimizeResult(dst, lib, len(as_written.graph.node), len(out_model.graph.node), result.specs,
                              result.plan, checked, time.perf_counter() - t0, guarded)
         if report is not None:
             from evonnx.report import report_json

@@ -8,7 +8,12 @@ onnxruntime's CPU EP (ORT_ENABLE_ALL) rewrites the convolution trunk of a detect
   so a chain Conv -> activation -> Conv needs no layout change. A Fused node in that chain costs a ReorderOutput
   before it and a ReorderInput after it (about 0.1 ms each at 640x640), on top of losing the fused activation:
   fusing the SiLUs of YOLOv8n made the whole model 12-14 % slower;
-- a Transpose or a scalar-constant Mul whose only consumer is a MatMul is folded into a FusedMatMul.
+- a Transpose or a scalar-constant Mul whose only consumer is a MatMul is folded into a FusedMatMul;
+- a node whose inputs are all constants (initializers, Constant nodes, Shape/Size of a tensor of static shape, and
+  what is computed from those alone) is constant-folded once, at session start (`folded`). A kernel there runs on
+  every call instead, and hides the values from onnxruntime's later folding: in torchvision's RetinaNet, a kernel
+  computing the Resize sizes from ReduceMin/ReduceMax of a constant left the padding arithmetic after the Resize
+  unfolded, and onnxruntime's convolutions then differed by 3 ulp from the original's.
 
 So the planner leaves those nodes to onnxruntime (`layout_chain`), and fuses around them: the reshapes,
 transposes, decode arithmetic and post-processing that onnxruntime runs node by node. The rules are static (what
@@ -18,7 +23,14 @@ measured never-slower guard (`api.optimize`) remains the net for what they miss.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
 import onnx_graphsurgeon as gs
+
+if TYPE_CHECKING:
+    from evonnx.passes.analyze import Analysis
 
 CONVS = frozenset({"Conv", "ConvTranspose"})
 # consumers that read the blocked layout directly
@@ -30,6 +42,9 @@ ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSi
 # ops that keep a blocked tensor blocked when every data input is blocked
 CHAIN = frozenset({"Add", "Sum", "Mul", "Concat", "Max", "Min"}) | ACTIVATIONS
 MATMULS = frozenset({"MatMul", "FusedMatMul", "Gemm"})
+# never folded: a new value on every run
+NONDETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
+                              "Bernoulli"})
 
 
 def _is_const(t: gs.Tensor) -> bool:
@@ -106,3 +121,94 @@ def _scalar_const(n: gs.Node) -> bool:
             if v is not None and getattr(v, "values", None) is not None and v.values.size == 1:
                 return True
     return False
+
+
+def folded(graph: gs.Graph, an: Analysis) -> dict[str, str]:
+    """Node name -> why onnxruntime keeps it: nodes whose every input is constant to onnxruntime's constant folding
+    (see the module doc) and whose values reach a node that stays with onnxruntime (rejected in `an.lowered`) or a
+    graph output. Constants read only by nodes evonnx fuses may be fused with them: a kernel computes a grid inline
+    from its indices cheaper than it reads a folded one. Nodes evonnx itself knows at plan time are not named (the
+    rewrite turns them into initializers). `graph` is toposorted."""
+    const: set[str] = set()
+    region: list[gs.Node] = []
+    for n in graph.nodes:
+        inputs = [t for t in n.inputs if t.name]
+        if n.op == "Constant":
+            const.update(t.name for t in n.outputs)
+            continue
+        if n.op in ("Shape", "Size") and inputs:
+            info = an.tensors.get(inputs[0].name)
+            static = info is not None and info.shape is not None and all(d.const is not None for d in info.shape)
+            if static or _is_const(inputs[0]) or inputs[0].name in const:
+                const.update(t.name for t in n.outputs)
+            continue
+        if n.op in NONDETERMINISTIC or n.domain not in (None, "", "ai.onnx") or any(
+                isinstance(v, gs.Graph) for v in n.attrs.values()):
+            continue
+        if inputs and all(_is_const(t) or t.name in const for t in inputs):
+            const.update(t.name for t in n.outputs)
+            region.append(n)
+    members = {n.name for n in region}
+    outputs = {t.name for t in graph.outputs}
+    leave: dict[str, str] = {}
+    for n in reversed(region):
+        consumers = [c for t in n.outputs for c in t.outputs]
+        to_ort = any(t.name in outputs for t in n.outputs) or any(
+            c.name in leave or (c.name not in members and not isinstance(an.lowered.get(c.name), list))
+            for c in consumers)
+        unknown = any(t.name and (info := an.tensors.get(t.name)) is not None and info.known is None
+                      for t in n.outputs)
+        if to_ort and unknown:
+            leave[n.name] = (f"left to onnxruntime: a {n.op} of constants only, which onnxruntime folds once at "
+                             f"session start (its value reaches a node onnxruntime runs)")
+    return leave
+
+
+def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """`model` after onnxruntime's basic graph optimizations (ORT_ENABLE_BASIC but its transpose optimizer: constant
+    folding, Shape of static shapes, redundant Identity/Slice/Unsqueeze/Dropout elimination, Conv+BatchNormalization/
+    Add/Mul), which it
+    applies to every model it loads on any execution provider, so evonnx plans on the graph onnxruntime will run:
+    what onnxruntime folds once at session start never becomes a kernel that runs on every call. The result
+    holds only standard ONNX ops (anything else: None), keeps `model`'s opset imports and IR version, and is shape-
+    inferred and named as `load_model` does. None where onnxruntime cannot load the model or write it back; the
+    caller then plans on `model` itself. Nothing is left in the temp folder."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from evonnx.model import _name_nodes
+
+    try:
+        data = model.SerializeToString()
+    except ValueError:  # over 2 GB: onnxruntime would need external data
+        return None
+    with tempfile.TemporaryDirectory(prefix="evonnx-fold-") as tmp:
+        out = Path(tmp) / "folded.onnx"
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(out)
+        so.log_severity_level = 4
+        try:
+            # not its transpose optimizer: moving Transposes through elementwise ops is what a kernel does anyway,
+            # and the rewritten nodes lose their names (reports, `leave`)
+            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=["TransposeOptimizer"])
+            folded = onnx.load(str(out))
+        except Exception:  # noqa: BLE001 - onnxruntime raises several unrelated types; plan on the model as is
+            return None
+    if any(n.domain not in ("", "ai.onnx") for n in folded.graph.node) and not any(
+            n.domain not in ("", "ai.onnx") for n in model.graph.node):
+        return None
+    if [i.name for i in folded.graph.input] != [i.name for i in model.graph.input] or \
+            [o.name for o in folded.graph.output] != [o.name for o in model.graph.output]:
+        return None  # the interface must stay the model's (overridable initializers included)
+    del folded.opset_import[:]
+    folded.opset_import.extend(model.opset_import)
+    folded.ir_version = model.ir_version
+    try:
+        folded = onnx.shape_inference.infer_shapes(folded, strict_mode=False, data_prop=False)
+    except onnx.shape_inference.InferenceError:
+        return None
+    _name_nodes(folded)
+    return folded

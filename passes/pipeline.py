@@ -16,7 +16,7 @@ from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import Reject, reset_names
 from evonnx.passes.lower_groups import kernels_on_cycle, lower_groups, overflowing_kernels, without_groups
-from evonnx.passes.ort_layout import layout_chain
+from evonnx.passes.ort_layout import folded, layout_chain
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
 from evonnx.passes.rewrite import rewrite
@@ -58,8 +58,8 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
                  cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH,
                  leave: Mapping[str, str] | None = None, ort_layout: bool = True) -> PipelineResult:
     """`leave` maps node names to the reason they stay with onnxruntime (the never-slower guard's choices). With
-    `ort_layout`, the nodes onnxruntime's own fusions and blocked layout handle better stay with it too
-    (`ort_layout.layout_chain`)."""
+    `ort_layout`, the nodes onnxruntime's own fusions, blocked layout and constant folding handle better stay with
+    it too (`ort_layout.layout_chain`, `ort_layout.folded`)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     reset_names()
@@ -70,6 +70,10 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
     for name, reason in kept.items():
         if name in an.lowered:
             an.lowered[name] = Reject(reason)
+    if ort_layout:  # after the others: what it leaves depends on which consumers stay with onnxruntime
+        for name, reason in folded(g, an).items():
+            if name in an.lowered and name not in kept:
+                an.lowered[name] = Reject(reason)
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))
     deps = analyze_dependences(g, an)
     log.info("dependences: %d storages written through views, %d edges", len(deps.storages), len(deps.edges))

@@ -299,8 +299,10 @@ def test_semantics_table(dtype: str, family: str, tmp_path: Path) -> None:
     assert made is not None
     model, exact = made
     plans = PLANS if any(d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim) else [{}]
+    # on the graph as written: onnxruntime's own rewrites (its common-subexpression elimination merges the per-op
+    # Transposes of one input) would change which ops a kernel holds, and this table is about each op's semantics
     result = check_case(case_from_model(model, plans, exact=exact, value_regime="grid"), tmp_path,
-                        tmp_path / "marker")
+                        tmp_path / "marker", env_extra={"EVONNX_ORT_FOLD": "0"})
     assert result.status == "ok", result.note
     assert not result.findings, "\n".join(result.findings)
     assert result.runs_compared + result.runs_both_failed == len(plans), result.note
