@@ -7,12 +7,13 @@ Usage (with the corpus venv described in models/README.md, "Whole-model corpus")
     python models/corpus.py --list                # entries, whether each file exists, recorded status
 
 Every model is built with random weights (ultralytics from its YAML configs, torchvision with
-``weights=None, weights_backbone=None``) after ``torch.manual_seed(SEED)``, so nothing is downloaded and a
-rerun gives the same graphs. Each entry is exported into ``<out>/<name>.onnx`` (one file, no external
-data), checked with ``onnx.checker`` and run once in onnxruntime (CPU) on its input recipe, and recorded in
-``<out>/corpus.json``. An entry whose file still has the recorded hash, or whose export failed under the
-same package versions, is skipped unless ``--force``. An exporter failure is an entry with
-``"status": "export_failed"`` and a one-line reason, never a silent gap.
+``weights=None, weights_backbone=None``) after ``torch.manual_seed(SEED)``, so nothing is downloaded, and
+a rerun gives the same bytes (the script restarts itself with ``PYTHONHASHSEED=0``; see the end). Each
+entry is exported into ``<out>/<name>.onnx`` (one file, no external data), checked with ``onnx.checker``,
+run once in onnxruntime (CPU) on its input recipe, and recorded in ``<out>/corpus.json``. An entry whose
+file still has the recorded hash, or whose export failed under the same package versions, is skipped
+unless ``--force``. An exporter failure is an entry with ``"status": "export_failed"`` and a one-line
+reason, never a silent gap.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from typing import Any
 
 SEED = 0
 GENERATOR = "models/corpus.py"
-DEFAULT_OUT = Path.home() / ".cache" / "evonnx" / "corpus"
+# evonnx's cache folder (README, "Headers"): $EVONNX_CACHE_DIR, else $XDG_CACHE_HOME/evonnx, else ~/.cache/evonnx
+DEFAULT_OUT = Path(os.environ.get("EVONNX_CACHE_DIR")
+                   or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evonnx") / "corpus"
 TS_OPSET = 17  # TorchScript exporter, as torchvision's own ONNX tests and most user recipes
 DYNAMO_OPSET = 18  # the dynamo exporter's own default
 HOT_BIAS = 4.0
@@ -100,7 +103,7 @@ def _ultralytics_entries() -> list[Entry]:
         both=False, nms=True, hot=True)
     add("yolov8n_pose", "yolov8n-pose.yaml", "YOLOv8n-pose: boxes + 17 keypoints, raw (1,56,8400)")
     add("yolov8n_pose_nms", "yolov8n-pose.yaml", "YOLOv8n-pose with NMS in the graph", both=False, nms=True)
-    add("yolov8n_obb", "yolov8n-obb.yaml", "YOLOv8n-obb: rotated boxes (15 DOTA classes + angle), raw")
+    add("yolov8n_obb", "yolov8n-obb.yaml", "YOLOv8n-obb: rotated boxes (80 classes + angle), raw (1,85,8400)")
     add("yolo11n_seg", "yolo11n-seg.yaml", "YOLO11n-seg, raw outputs", both=False)
     add("yolo26n", "yolo26n.yaml", "YOLO26n, one-to-many head (nms=None, the default): raw for external NMS")
     add("yolo26n_e2e", "yolo26n.yaml", "YOLO26n NMS-free end-to-end head (nms=False): top-k in the graph",
@@ -108,7 +111,7 @@ def _ultralytics_entries() -> list[Entry]:
     add("yolov10n", "yolov10n.yaml", "YOLOv10n, one-to-many head (nms=None, the default)")
     add("yolov10n_e2e", "yolov10n.yaml", "YOLOv10n NMS-free end-to-end head (nms=False): top-k in the graph",
         both=False, nms=False)
-    add("rtdetr_l", "rtdetr-l.yaml", "RT-DETR-l: transformer decoder with deformable attention (GridSample)",
+    add("rtdetr_l", "rtdetr-l.yaml", "RT-DETR-l: transformer decoder, deformable attention as GridSample, (1,300,6)",
         both=False)
     return out
 
@@ -421,6 +424,28 @@ def _up_to_date(e: Entry, out: Path, rec: dict[str, Any] | None, same_versions: 
     return f.exists() and rec.get("sha256") == _sha256(f)
 
 
+def markdown_table(models: list[dict[str, Any]]) -> str:
+    """The README's table: one row per recorded entry, ORT output shapes of the recipe run."""
+    rows = ["| name | exporter, opset | input | nodes | MB | onnxruntime outputs (recipe input) | nonzero in "
+            "output 0 |", "|---|---|---|---|---|---|---|"]
+    for m in models:
+        exp = f"{m['exporter']} {m['opset']}"
+        if m["status"] != "ok":
+            where = re.search(r"\[at ([^\]]*)\]", m["reason"])
+            short = m["reason"].split(":")[0] + f" at {where.group(1)}" if where else m["reason"][:90]
+            rows.append(f"| {m['name']} | {exp} | – | – | – | export_failed: {short} | – |")
+            continue
+        shape = "×".join(str(d) for d in m["inputs"][0]["shape"])
+        chk = m["ort_check"]
+        outs, nonzero = f"error: {chk.get('error')}", "–"
+        if chk["status"] == "ok":
+            outs = ", ".join("×".join(map(str, o["shape"])) for o in chk["runs"][0]["outputs"])
+            nonzero = str(chk["runs"][0]["outputs"][0]["nonzero"])
+        rows.append(f"| {m['name']} | {exp} | {shape} | {m['node_count']} | {m['size_bytes'] / 1e6:.1f} | {outs} "
+                    f"| {nonzero} |")
+    return "\n".join(rows)
+
+
 def export_entry(e: Entry, out: Path) -> dict[str, Any]:
     """Export one entry into ``out/<name>.onnx`` through a staging folder; return its manifest record."""
     stage = Path(tempfile.mkdtemp(prefix=f".stage-{e.name}-", dir=out))
@@ -451,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="export only NAME (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
     ap.add_argument("--force", action="store_true", help="re-export entries that are up to date")
+    ap.add_argument("--table", action="store_true", help="print corpus.json as a Markdown table and exit")
     a = ap.parse_args(argv)
     out = a.out.expanduser().resolve()
     known = {e.name for e in ENTRIES}
@@ -459,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown entries: {', '.join(unknown)} (see --list)")
     old = _load_manifest(out)
     records = {r["name"]: r for r in old.get("models", []) if r.get("name") in known}
+    if a.table:
+        print(markdown_table([records[e.name] for e in ENTRIES if e.name in records]))
+        return 0
     if a.list:
         for e in ENTRIES:
             f = out / f"{e.name}.onnx"
@@ -474,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     for e in todo:
         if not a.force and _up_to_date(e, out, records.get(e.name), same):
+            records[e.name]["description"] = e.description  # prose only: may be edited without a re-export
             print(f"corpus: {e.name}: up to date, skipped", flush=True)
             continue
         print(f"corpus: {e.name}: exporting ({e.exporter}), log in {out / 'logs' / (e.name + '.log')}", flush=True)
@@ -493,4 +523,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # onnxslim's symbolic shape inference names each class of equal dims after one member picked in set order,
+    # so the value_info of dynamic ultralytics exports follows the string hash seed: fix it, then start again.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
     sys.exit(main())
