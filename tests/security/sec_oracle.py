@@ -249,8 +249,13 @@ def case_feeds(case: Case) -> list[tuple[str, dict[str, np.ndarray]]]:
 
 def _load(out: str) -> tuple[list[np.ndarray] | None, str | None]:
     if Path(out + ".npz").is_file():
-        with np.load(out + ".npz") as z:
-            return [z[f"arr_{i}"] for i in range(len(z.files))], None
+        try:
+            with np.load(out + ".npz") as z:
+                return [z[f"arr_{i}"] for i in range(len(z.files))], None
+        except (EOFError, OSError, ValueError):
+            # cut short: the child died while writing it (a timeout), which judge_runs reports from its exit
+            # status; the long run crashed here once, after its processes had been paused and resumed
+            return None, None
     if Path(out + ".err").is_file():
         # bytes, not text: text mode would turn a "\r\n" inside a node name into "\n" (_error_in_dead_node)
         return None, Path(out + ".err").read_bytes().decode("utf-8", errors="replace")
