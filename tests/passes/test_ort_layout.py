@@ -73,3 +73,41 @@ def test_convolution_chain_stays_with_onnxruntime_and_the_tail_is_fused(tmp_path
     plain = run_pipeline(model, ort_layout=False)
     assert {"sig1", "silu1", "sig2", "silu2", "residual"} & _fused_nodes(plain), \
         "without the rule the planner fuses the SiLUs (what made YOLOv8n 12-14 % slower)"
+
+
+def _constant_sizes_model() -> onnx.ModelProto:
+    """Resize sizes computed from ReduceMax of a constant (torchvision's transform does this): onnxruntime folds
+    them at session start; then an elementwise tail evonnx may fuse."""
+    nodes = [
+        helper.make_node("ReduceMax", ["hw"], ["m"], name="reduce_max", keepdims=0),
+        helper.make_node("Mul", ["m", "two"], ["m2"], name="double"),
+        helper.make_node("Unsqueeze", ["m2", "ax0"], ["m2u"], name="unsq"),
+        helper.make_node("Concat", ["nc", "m2u", "m2u"], ["sizes"], name="sizes", axis=0),
+        helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], name="resize", mode="nearest"),
+        helper.make_node("Transpose", ["r"], ["t"], name="tail_transpose", perm=[0, 2, 3, 1]),
+        helper.make_node("Neg", ["t"], ["y"], name="tail_neg"),
+    ]
+    inits = [numpy_helper.from_array(np.array([4, 3], np.int64), "hw"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+             numpy_helper.from_array(np.array([1, 3], np.int64), "nc")]
+    g = helper.make_graph(nodes, "sizes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 3])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_what_onnxruntime_folds_never_becomes_a_kernel(tmp_path) -> None:  # noqa: ANN001
+    from evonnx.passes.ort_layout import fold_like_onnxruntime
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_constant_sizes_model(), path)
+    model = load_model(path)
+    folded = fold_like_onnxruntime(model)
+    assert folded is not None
+    names = {n.name for n in folded.graph.node}
+    assert not names & {"reduce_max", "double", "unsq", "sizes"}, "onnxruntime folds the sizes at session start"
+    assert {"resize", "tail_transpose", "tail_neg"} <= names
+    assert [o.version for o in folded.opset_import] == [o.version for o in model.opset_import]
+    # on the model as written, the constant-only nodes whose values reach the Resize stay with onnxruntime too
+    result = run_pipeline(model)
+    assert not {"reduce_max", "double", "unsq", "sizes"} & _fused_nodes(result)
