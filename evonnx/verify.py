@@ -6,7 +6,8 @@ checks) share one, every other class of them its own prime, so a kernel that mix
 onnxruntime itself ties together (its run fails at distinct sizes) are merged until it runs. Runs: small distinct
 sizes, large ones (the biggest input near `LARGE_ELEMENTS`, above the kernels' parallel threshold), all 1 and all
 0 (each kept only where onnxruntime runs the original). Outputs computed only by exact operations must match
-exactly (NaN == NaN, -0.0 == 0.0); others within per-dtype tolerances.
+exactly (NaN == NaN), zero signs included unless a Min or Max computes them (`ZERO_SIGN_UNDEFINED`); others
+within per-dtype tolerances.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import onnx
 
 from evonnx.errors import VerificationError
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
-from evonnx.model import overridable
+from evonnx.model import implicit_inputs, overridable
 
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
@@ -36,6 +37,12 @@ MAX_INPUT_ELEMENTS = 1 << 26
 # Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
 # terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
 MAX_TENSOR_ELEMENTS = 1 << 28
+# Ops whose float result has a zero sign onnxruntime does not define: Min and Max of +0 and -0 give either zero
+# depending on the element's position (Eigen's SIMD packets return one operand, the scalar tail the other, and the
+# broadcast forms the reverse; measured in onnxruntime 1.31 for float and double). An exact output computed through
+# one of them is compared with +0 == -0; every other exact output bit for bit, zero signs included (1/x, atan2 and
+# copysign downstream tell them apart).
+ZERO_SIGN_UNDEFINED = frozenset({"Min", "Max"})
 
 
 @dataclass
@@ -139,17 +146,43 @@ def _check_input_shape(name: str, shape: Sequence[int]) -> None:
                                 f"--input-shape, or skip the check with --no-check")
 
 
-def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: CheckResult) -> None:
+def signed_zero_outputs(model: onnx.ModelProto) -> set[str]:
+    """Graph outputs of `model` that no op in ZERO_SIGN_UNDEFINED computes: exact ones match zero signs too."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out = set()
+    for g_out in model.graph.output:
+        stack, seen, tainted = [g_out.name], set(), False
+        while stack and not tainted:
+            n = producer.get(stack.pop())
+            if n is None or id(n) in seen:
+                continue
+            seen.add(id(n))
+            # a subgraph's ops are not walked: a control-flow node counts as possibly Min or Max
+            tainted = n.op_type in ZERO_SIGN_UNDEFINED or n.op_type in ("If", "Loop", "Scan")
+            stack.extend([*n.input, *implicit_inputs(n)])
+        if not tainted:
+            out.add(g_out.name)
+    return out
+
+
+def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: CheckResult,
+             signs: bool = True) -> None:
+    """Raises VerificationError when `got` differs from onnxruntime's `ref`: bit for bit where `exact` (NaN == NaN;
+    +0 == -0 only without `signs`), else within the dtype's tolerance."""
     if ref.shape != got.shape or ref.dtype != got.dtype:
         raise VerificationError(f"output '{name}': optimized gives {got.dtype}{list(got.shape)}, "
                                 f"original {ref.dtype}{list(ref.shape)}")
     result.compared += 1
     if exact or ref.dtype.kind not in "fc":
         result.exact += 1
-        same = np.array_equal(ref, got, equal_nan=ref.dtype.kind in "fc")
-        if not same:
-            bad = np.argwhere(~((ref == got) | (np.isnan(ref) & np.isnan(got)) if ref.dtype.kind in "fc"
-                                else ref == got))
+        if ref.dtype.kind in "fc":
+            same = (ref == got) | (np.isnan(ref) & np.isnan(got))
+            if signs and ref.dtype.kind == "f":
+                same &= (np.signbit(ref) == np.signbit(got)) | np.isnan(ref)
+        else:
+            same = ref == got
+        if not same.all():
+            bad = np.argwhere(~same)
             first = tuple(int(x) for x in bad[0]) if bad.size else ()
             raise VerificationError(f"output '{name}' must match exactly but differs at {len(bad)} positions, "
                                     f"first {list(first)}: optimized {got[first]!r}, original {ref[first]!r}")
@@ -309,6 +342,7 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
         raise VerificationError(f"onnxruntime cannot load the optimized model: {_first_line(e)}") from e
     result = CheckResult()
     state = {"last_error": ""}
+    signed = signed_zero_outputs(original)
 
     def run(feeds: Mapping[str, np.ndarray], label: str) -> bool:
         """Both models on `feeds`; False when the original rejects them."""
@@ -326,7 +360,7 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
             ref, got = np.asarray(ref), np.asarray(got)
             exact = out.name in exact_outputs
             try:
-                _compare(out.name, ref, got, exact, result)
+                _compare(out.name, ref, got, exact, result, out.name in signed)
             except VerificationError:
                 if exact or ref.dtype.kind in "fc" or ref.shape != got.shape \
                         or not _flips_at_thresholds(original, out.name, feeds, ref, got, result):

@@ -208,6 +208,8 @@ def print_const(value: float | int | bool, dtype: str) -> str:
 def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     """C for one expression node; `sub` prints its children (a temporary's name or the inline expression)."""
     if isinstance(e, Const):
+        if e.dtype in FLOATS and e.value == 0 and not math.copysign(1.0, float(e.value)) < 0:
+            return f"evo_pzero_{SUFFIX[e.dtype]}()"  # not a literal: gcc 12 folds 0 - X wrongly (helpers.h)
         return print_const(e.value, e.dtype)
     if isinstance(e, Load):
         return f"in{e.slot}[{print_poly(e.index, names)}]"

@@ -175,3 +175,31 @@ def test_the_reference_is_the_model_as_written(tmp_path: Path, monkeypatch: pyte
                            helper.make_node("Exp", ["b"], ["y"])], [_vi("x", F, ["N", 3])], [_vi("y", F, ["N", 3])])
     evonnx.optimize(src, tmp_path / "m.opt.onnx")
     assert len(seen) == 1 and not seen[0].graph.value_info  # the file has none; shape inference would add a, b
+
+
+def test_exact_outputs_match_zero_signs_except_through_min_and_max(tmp_path: Path) -> None:
+    # Sub(0, Cast(int)) is +0.0 where the integer is 0. gcc 12 folds a literal `0.0f - (float)i` into `-(float)i`
+    # (-0.0); evonnx prints the zero as a call (kernels/templates/helpers.h). The library rebuilt with the literal
+    # gives -0.0 and the check must refuse it; the real one passes.
+    I32 = TensorProto.INT32
+    src = _save(tmp_path, [helper.make_node("Cast", ["i"], ["f"], to=F),
+                           helper.make_node("Sub", ["zero", "f"], ["y"])],
+                [_vi("i", I32, ["N"])], [_vi("y", F, ["N"])], {"zero": np.array(0.0, np.float32)})
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    source = (dump / "kernels.c").read_text()
+    assert "evo_pzero_f32() - " in source
+    wrong = tmp_path / "wrong.so"
+    build_model_library(source.replace("evo_pzero_f32() - ", "0x0.0p+0f - "), wrong, model_name="wrong")
+    original = onnx.load(str(src))
+    with pytest.raises(VerificationError, match=r"must match exactly .* optimized np.float32\(-0.0\)"):
+        check_models(original, tmp_path / "m.opt.onnx", wrong, {"y"})
+    check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", {"y"})
+
+    # onnxruntime's Min/Max of +0 and -0 depend on the element's position: outputs through them compare +0 == -0
+    from evonnx.verify import signed_zero_outputs
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Max", ["a", "x"], ["m"]),
+         helper.make_node("Abs", ["m"], ["y1"])], "g", [_vi("x", F, ["N"])],
+        [_vi("a", F, ["N"]), _vi("y1", F, ["N"])]))
+    assert signed_zero_outputs(model) == {"a"}

@@ -21,6 +21,14 @@ EVO_ORDERED(uint16_t, u16)
 EVO_ORDERED(uint32_t, u32)
 EVO_ORDERED(uint64_t, u64)
 
+/* +0.0 as an expression operand (cprint.print_expr prints it so, never as a literal). gcc 12 folds `0.0f - X` into
+ * `-X` whenever it knows X is not -0.0: an int-to-float conversion, fabs, a literal. The condition is the wrong
+ * way round (it needs X not +0.0), so Sub(0, Cast(int 0)) gave -0.0 where onnxruntime gives +0.0, and
+ * `-X + 0.0f` goes the same way. A call is no literal to that fold, and once inlined the operand is a temporary,
+ * which the fold never matches (tests/security/test_special_values.py). */
+EVO_FN float evo_pzero_f32(void) { return 0.0f; }
+EVO_FN double evo_pzero_f64(void) { return 0.0; }
+
 EVO_FN float evo_abs_f32(float x) { return fabsf(x); }
 EVO_FN double evo_abs_f64(double x) { return fabs(x); }
 #ifdef __CUDACC__

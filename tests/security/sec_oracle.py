@@ -32,6 +32,7 @@ from sec_graphs import Case, make_feeds
 from sec_payloads import check_source
 
 from evonnx.api import library_path
+from evonnx.verify import ZERO_SIGN_UNDEFINED
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "sec_child.py"
@@ -269,13 +270,6 @@ def plan_text(plan: Mapping[str, int]) -> str:
 def _short(text: str, limit: int = 20) -> str:
     r = repr(text)[1:-1]
     return r if len(r) <= limit else r[: limit - 3] + "..."
-
-
-# Ops whose float result has a zero sign onnxruntime does not define: Min and Max of +0 and -0 give either zero
-# depending on the element's position (Eigen's SIMD packets return one operand, the scalar tail the other, and the
-# broadcast forms the reverse; measured in onnxruntime 1.31 for float and double). A model with one of them is
-# compared value for value with +0 == -0; every other exact model bit for bit, zero signs included.
-ZERO_SIGN_UNDEFINED = frozenset({"Min", "Max"})
 
 
 def exactness(model: onnx.ModelProto, exact: bool) -> bool | str:
