@@ -35,6 +35,7 @@ from sec_oracle import (  # noqa: E402
     Outcome,
     case_feeds,
     child_env,
+    exactness,
     judge_runs,
     optimize_case,
     run_models,
@@ -92,7 +93,7 @@ def _sanitized_run(work: Path, original: Path, feeds: list[tuple[str, dict]], bu
     lib = builder.library(work / "dump" / "kernels.c", work / "model.opt.asan.so")
     runs, rc, err, started = run_models(feeds, original, dst, lib, work, child_env(sanitizer_env()),
                                         arena=False, malloc_inputs=True)
-    judge_runs(exact, runs, rc, err, started, outcome, what="[asan+ubsan] ")
+    judge_runs(exactness(onnx.load(str(original)), exact), runs, rc, err, started, outcome, what="[asan+ubsan] ")
     return outcome
 
 

@@ -32,7 +32,7 @@ from sec_graphs import Case, make_feeds
 from sec_payloads import check_source
 
 from evonnx.api import library_path
-from evonnx.verify import ZERO_SIGN_UNDEFINED
+from evonnx.verify import signed_zero_outputs
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "sec_child.py"
@@ -272,13 +272,12 @@ def _short(text: str, limit: int = 20) -> str:
     return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
-def exactness(model: onnx.ModelProto, exact: bool) -> bool | str:
-    """How `compare` compares a case's outputs: False (within tolerance), True (bit for bit, zero signs included;
-    NaN payloads aside) or "values" (bit for bit but +0 == -0), for a model with an op in ZERO_SIGN_UNDEFINED."""
-    if not exact:
-        return False
-    ops = {n.op_type for n in model.graph.node}
-    return "values" if ops & ZERO_SIGN_UNDEFINED else True
+def exactness(model: onnx.ModelProto, exact: bool) -> list[bool | str]:
+    """How `compare` compares each graph output of a case: False (within tolerance), True (bit for bit, zero signs
+    included; NaN payloads aside) or "values" (bit for bit but +0 == -0) for an output that an op in
+    ZERO_SIGN_UNDEFINED computes (`evonnx.verify.signed_zero_outputs`, the product check's own rule)."""
+    signed = signed_zero_outputs(model)
+    return [(True if o.name in signed else "values") if exact else False for o in model.graph.output]
 
 
 def compare(ref: np.ndarray, got: np.ndarray, exact: bool | str) -> str | None:
@@ -537,14 +536,14 @@ def _error_in_dead_node(original_run: dict, err: str | None) -> bool:
 
 
 def _same_outcome(ref: list[np.ndarray] | None, ref_err: str | None, got: list[np.ndarray] | None,
-                  exact: bool | str) -> bool:
+                  exact: Sequence[bool | str]) -> bool:
     if ref is None or got is None:
         return ref is None and got is None and ref_err is not None
-    return len(ref) == len(got) and all(compare(r, g, exact) is None for r, g in zip(ref, got))
+    return len(ref) == len(got) and all(compare(r, g, e) is None for r, g, e in zip(ref, got, exact))
 
 
-def judge_runs(exact: bool | str, runs: list[dict], rc: int | None, err: str, started: list[str], outcome: Outcome,
-               what: str = "") -> None:
+def judge_runs(exact: Sequence[bool | str], runs: list[dict], rc: int | None, err: str, started: list[str],
+               outcome: Outcome, what: str = "") -> None:
     sanitizer = _sanitizer_report(err)
     if sanitizer:
         run = next((r for r in runs if started and r["label"] == started[-1]), None)
@@ -621,7 +620,7 @@ def judge_runs(exact: bool | str, runs: list[dict], rc: int | None, err: str, st
                 outcome.findings.append(f"{what}at {plan} evonnx gives {len(got)} outputs, onnxruntime {len(ref)}")
                 continue
             for i, (r, g) in enumerate(zip(ref, got)):
-                diff = compare(r, g, exact)
+                diff = compare(r, g, exact[i])
                 if diff:
                     outcome.findings.append(f"{what}at {plan} output {i} {diff}")
 

@@ -170,7 +170,8 @@ def _judge(tmp_path: Path, outs: dict[str, list[np.ndarray] | str]) -> list[str]
             np.savez(str(out) + ".npz", *value)
         runs.append({"label": label, "model": "m.onnx", "out": str(out), "plan": "{N=2}"})
     outcome = Outcome()
-    judge_runs(False, runs, 0, "", [*outs, "done"], outcome)
+    n_out = max((len(v) for v in outs.values() if not isinstance(v, str)), default=1)
+    judge_runs([False] * n_out, runs, 0, "", [*outs, "done"], outcome)
     return outcome.findings
 
 

@@ -19,8 +19,9 @@ Where onnxruntime departs from the spec or from the obvious formula, evonnx foll
 - integer Div/Mod by zero fails the Run (test_special_values), so they are not in the exact elementwise family;
 - a float Where gives X + 0 where the condition holds and Y as it is elsewhere: -0.0 from X is +0.0, from Y -0.0;
 - Min and Max of +0 and -0 give either zero depending on the element's position (SIMD packet or scalar tail, and
-  the broadcast form), so a model with Min or Max compares +0 and -0 as equal (`sec_oracle.exactness`); every
-  other exact output is compared bit for bit, the sign of zero included.
+  the broadcast form), so an output computed through Min or Max compares +0 and -0 as equal
+  (`evonnx.verify.signed_zero_outputs`); every other exact output is compared bit for bit, the sign of zero
+  included.
 """
 
 from __future__ import annotations
