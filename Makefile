@@ -20,7 +20,10 @@ demo: setup
 	mkdir -p out
 	$(BIN)/evonnx optimize $(MODEL) -o out/$(notdir $(MODEL:.onnx=.opt.onnx))
 
+# Lint and strict typing first (issue 13): a failure stops CI before the 15-minute suite.
 test: setup
+	$(BIN)/ruff check evonnx passes kernels cli.py tests benchmarks models/*.py
+	$(BIN)/mypy -p evonnx
 	$(BIN)/python -m pytest -q
 
 bench: setup
@@ -28,7 +31,7 @@ bench: setup
 
 lint: setup
 	$(BIN)/ruff check evonnx passes kernels cli.py tests benchmarks models/*.py
-	$(BIN)/mypy evonnx
+	$(BIN)/mypy -p evonnx
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -29,6 +29,7 @@ from evonnx.verify import CheckResult, _symbols, check_models, check_sizes, make
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnxruntime as ort
 
     from evonnx.passes.pipeline import PipelineResult
 
@@ -481,7 +482,8 @@ def _dump(d: Path, result: object, source: str, out_model: onnx.ModelProto, cuda
         raise UsageError(f"{d}: cannot write the dump ({e.strerror})") from e
 
 
-def load_session(path: str | Path, providers: Sequence[str] | None = None, sess_options: object = None):  # noqa: ANN201
+def load_session(path: str | Path, providers: Sequence[str] | None = None,
+                 sess_options: ort.SessionOptions | None = None) -> ort.InferenceSession:
     """An `onnxruntime.InferenceSession` for an optimized model, with its kernel library registered."""
     import onnxruntime as ort
 

@@ -9,11 +9,12 @@ fold transcendental functions (their rounding is the kernel's business).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from evonnx.index import Poly, floordiv, is_le, is_lt, is_nonneg
+from evonnx.index import Atom, Poly, PolyLike, floordiv, is_le, is_lt, is_nonneg
 
 FLOATS = ("float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
@@ -42,7 +43,7 @@ class _Shared(Expr):
     _hash: int
     _same: Expr
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[object, ...]:
         raise NotImplementedError
 
     def __hash__(self) -> int:
@@ -66,7 +67,7 @@ class _Shared(Expr):
             return True
         if type(other) is not type(self):
             return NotImplemented
-        a, b = self._root(), other._root()  # type: ignore[attr-defined]
+        a, b = self._root(), other._root()
         if a is b:
             return True
         if hash(a) != hash(b) or a._key() != b._key():  # type: ignore[attr-defined]
@@ -88,7 +89,7 @@ class Const(Expr):
     value: float | int | bool
     dtype: str
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[object, ...]:
         v = self.value
         if isinstance(v, float) or self.dtype in FLOATS:
             f = float(v)
@@ -156,7 +157,7 @@ class Op(_Shared):
     dtype: str
     attr: float | int | str | None = None  # Cast target, Mod's fmod, etc. when not in dtype
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[object, ...]:
         return (self.op, self.dtype, self.attr, self.args)
 
     def __str__(self) -> str:
@@ -173,8 +174,14 @@ class Reduce(_Shared):
     dtype: str
     attr: int = 0  # argmax/argmin: 1 selects the last index of the extreme value
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[object, ...]:
         return (self.op, self.dtype, self.attr, self.var, self.body)
+
+    def bound(self) -> Atom:
+        """The loop variable this reduction binds."""
+        a = self.var.atom()
+        assert a is not None, "a reduction's variable is one atom"
+        return a
 
     def __str__(self) -> str:
         return f"{self.op}[{self.var}]({self.body})"
@@ -324,7 +331,7 @@ def unary(name: str, a: Expr) -> Expr:
     dtype = "bool" if name in ("not", "isnan", "isinf") else a.dtype
     if isinstance(a, Const) and name in ("neg", "abs", "not", "relu") and a.dtype != "bool":
         v = a.value
-        r = {"neg": lambda: -v, "abs": lambda: abs(v), "relu": lambda: max(v, 0)}[name]()
+        r = -v if name == "neg" else abs(v) if name == "abs" else max(v, 0)
         return const(r, dtype)
     if isinstance(a, Const) and name == "not":
         return Const(not a.value, "bool")
@@ -384,19 +391,20 @@ def clip(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
     return out
 
 
-def free_vars(e: Expr, memo: dict | None = None) -> frozenset:
+def free_vars(e: Expr, memo: dict[Expr, frozenset[Atom]] | None = None) -> frozenset[Atom]:
     """Loop-variable atoms `e` depends on, excluding those its reductions bind."""
     memo = {} if memo is None else memo
     if e in memo:
         return memo[e]
+    out: frozenset[Atom]
     if isinstance(e, (Load, TableLoad)):
         out = frozenset(e.index.vars())
     elif isinstance(e, IndexVal):
         out = frozenset(e.poly.vars())
     elif isinstance(e, Op):
-        out = frozenset().union(*(free_vars(a, memo) for a in e.args))
+        out = frozenset[Atom]().union(*(free_vars(a, memo) for a in e.args))
     elif isinstance(e, Reduce):
-        out = free_vars(e.body, memo) - {e.var.atom()}
+        out = free_vars(e.body, memo) - {e.bound()}
     else:
         out = frozenset()
     memo[e] = out
@@ -435,12 +443,12 @@ def guarded_where(c: Expr, a: Expr, b: Expr) -> Expr:
     return Op("where", (c, a, b), a.dtype, "guard")
 
 
-def substitute(e: Expr, mapping: dict) -> Expr:
+def substitute(e: Expr, mapping: Mapping[Atom, PolyLike]) -> Expr:
     """`e` with index atoms (loop variables) replaced by polynomials, folded again."""
     from evonnx.index import subs
 
     memo: dict[Expr, Expr] = {}
-    atoms: dict = {}  # index.subs's memo, shared by every index of `e`
+    atoms: dict[Atom, Poly] = {}  # index.subs's memo, shared by every index of `e`
 
     def go(x: Expr) -> Expr:
         if x in memo:

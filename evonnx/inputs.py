@@ -224,7 +224,7 @@ def _int_values(n: onnx.NodeProto, k: int, shape: Sequence[int], dtype: np.dtype
         return rng.permutation(rank)[:count].reshape(shape).astype(dtype) if count <= rank else None
     if op in ("Div", "Mod"):
         vals = rng.integers(1, 8, size=shape) * rng.choice(np.array([1, -1]), size=shape)
-        return vals.astype(dtype)
+        return np.asarray(vals, dtype)
     return None
 
 

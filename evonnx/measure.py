@@ -16,9 +16,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 MIN_RUNS = 50
 MAX_RUNS = 200_000
@@ -51,7 +54,7 @@ def median_ns(fn: Callable[[], object], runs: int) -> float:
 
 
 
-def session_options(threads: int, spin: bool = True):  # noqa: ANN201
+def session_options(threads: int, spin: bool = True) -> ort.SessionOptions:
     import onnxruntime as ort
 
     so = ort.SessionOptions()

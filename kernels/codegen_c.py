@@ -41,6 +41,7 @@ from evonnx.index import (
     Min,
     Mod,
     Poly,
+    PolyLike,
     Sym,
     Table,
     Var,
@@ -312,7 +313,7 @@ def nonempty_view(o: KernelOutput) -> KernelOutput:
     shape = tuple(subs(d, facts) for d in o.shape)
     # the loop variables get the folded extents too (their bounds simplify the reads: min(i, 5) with i < 6 is i)
     index = tuple(var(f"i{k}", d) if isinstance(p.atom(), Var) else p for k, (p, d) in enumerate(zip(o.index, shape)))
-    renamed = {p.atom(): q for p, q in zip(o.index, index) if isinstance(p.atom(), Var)}
+    renamed: dict[Atom, PolyLike] = {a: q for p, q in zip(o.index, index) if isinstance(a := p.atom(), Var)}
     return replace(o, shape=shape, index=index, expr=substitute(substitute(o.expr, facts), renamed))
 
 
@@ -465,16 +466,16 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
     does not depend on it is computed before its loop. Shared by the CPU and CUDA generators."""
     uses: dict[Expr, int] = {}
     seen: set[Expr] = set()
-    fv: dict = {}
+    fv: dict[Expr, frozenset[Atom]] = {}
 
-    def count(x: Expr, guarded: bool, bound: frozenset, selected: bool = False) -> None:
+    def count(x: Expr, guarded: bool, bound: frozenset[Atom], selected: bool = False) -> None:
         if guarded or (bound and free_vars(x, fv) & bound):
             if isinstance(x, Op):
                 for k, a in enumerate(x.args):
                     count(a, True if guarded else (x.attr == "guard" and k > 0), bound,
                           selected or (x.op == "where" and k > 0))
             elif isinstance(x, Reduce) and not guarded:
-                count(x.body, False, bound | {x.var.atom()}, selected)
+                count(x.body, False, bound | {x.bound()}, selected)
             return
         uses[x] = uses.get(x, 0) + 1
         if selected and isinstance(x, (Load, TableLoad)):
@@ -494,7 +495,7 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
                 count(a, x.attr == "guard" and k > 0, bound,
                       selected or (x.op == "where" and x.attr != "guard" and k > 0))
         elif isinstance(x, Reduce):
-            count(x.body, False, bound | {x.var.atom()}, selected)
+            count(x.body, False, bound | {x.bound()}, selected)
 
     for _, e in roots:
         count(e, False, frozenset())

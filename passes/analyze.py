@@ -96,7 +96,7 @@ def _extract(lz: Lazy) -> Known | None:
             out.append(e)
         else:
             return None
-    return Known(lz.dtype, tuple(int(d) for d in dims), tuple(out))  # type: ignore[arg-type]
+    return Known(lz.dtype, tuple(int(d) for d in dims), tuple(out))
 
 
 class _Symbols:
@@ -309,7 +309,7 @@ def _empty_quirk_left(node: gs.Node, an: Analysis) -> bool:
 
 
 def _checks_of(node: gs.Node, an: Analysis, found: list[SizeCheck]) -> tuple[SizeCheck, ...]:
-    out: dict[tuple, SizeCheck] = {}
+    out: dict[tuple[object, ...], SizeCheck] = {}
     for t in node.inputs:
         info = an.tensors.get(t.name) if t.name else None
         for c in info.checks if info is not None else ():

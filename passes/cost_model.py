@@ -24,14 +24,14 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
-from evonnx.index import Poly, Var, evaluate, var
+from evonnx.index import Atom, Poly, Var, evaluate, var
 from evonnx.passes.analyze import Analysis
 from evonnx.paths import cache_dir
 
@@ -100,7 +100,7 @@ def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> Ops:
     row = 1.0
     if isinstance(inner, Var):
         row = max(float(evaluate(inner.extent, env)), 1.0)
-    fv: dict = {}
+    fv: dict[E.Expr, frozenset[Atom]] = {}
     for x in E.walk(e):
         if isinstance(x, E.Op):
             if x.attr == "guard" or all(isinstance(a, (E.IndexVal, E.Const)) for a in x.args):
@@ -158,7 +158,7 @@ def _cache_file() -> str:
     return str(cache_dir() / f"cost-model-{safe}.json")
 
 
-def _median_us(fn, repeat: int) -> float:  # noqa: ANN001 - a zero-argument callable
+def _median_us(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -21,6 +21,12 @@ from evonnx.index import Poly, Table, floordiv, is_nonneg, lookup, mod, pmax, pm
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 
+# A handler's (op, attrs, args, vals, n_out): attributes by name, the inputs as Lazy values (None for an absent
+# optional input) and what is known of each at plan time. Loosely typed until the op registry (issue 13).
+Attrs = dict[str, Any]
+Args = list[Any]
+Vals = list[Any]
+
 BIG = 1 << 31  # Slice bounds at or above this are "to the end" for any real dimension
 
 
@@ -118,7 +124,7 @@ def _check_dtype(x: Lazy, what: str) -> None:
 
 
 def _binary(name: str) -> Callable[..., list[Lazy]]:
-    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
         a, b = args[0], args[1]
         dtype = "bool" if name in E.COMPARE | E.LOGIC else a.dtype
         return [L.elementwise([a, b], lambda x, y: E.binary(name, x, y), dtype, op)]
@@ -126,7 +132,7 @@ def _binary(name: str) -> Callable[..., list[Lazy]]:
 
 
 def _unary(name: str) -> Callable[..., list[Lazy]]:
-    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
         x = args[0]
         if name in _FLOAT_ONLY and x.dtype not in E.FLOATS:
             raise Reject(f"{op} on {x.dtype} is not supported")
@@ -135,14 +141,14 @@ def _unary(name: str) -> Callable[..., list[Lazy]]:
     return f
 
 
-def _mod(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _mod(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     fmod = int(attrs.get("fmod", 0))
     if args[0].dtype in E.FLOATS and not fmod:
         raise Reject("Mod of floats needs fmod=1")
     return [L.elementwise(args[:2], lambda x, y: E.Op("mod", (x, y), x.dtype, fmod), args[0].dtype, op)]
 
 
-def _pow(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _pow(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x, y = args
     if x.dtype not in E.FLOATS:
         raise Reject(f"Pow of {x.dtype} is not supported")
@@ -161,7 +167,7 @@ def _pow(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]
 
 
 def _variadic(name: str) -> Callable[..., list[Lazy]]:
-    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
         xs = [a for a in args if a is not None]
 
         def comb(*es: Expr) -> Expr:
@@ -180,7 +186,7 @@ def _variadic(name: str) -> Callable[..., list[Lazy]]:
     return f
 
 
-def _where(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _where(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     dtype = args[1].dtype
     if dtype not in E.FLOATS:
         return [L.elementwise(args[:3], E.where, dtype, op)]
@@ -195,7 +201,7 @@ def _where(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return [L.elementwise(args[:3], where, dtype, op)]
 
 
-def _int64_order(op: str, xs: list[Lazy], vals: list) -> None:
+def _int64_order(op: str, xs: list[Lazy], vals: Vals) -> None:
     """onnxruntime 1.31's int64 Min, Max and Clip compare the low 32-bit halves as signed numbers whenever the
     output has two elements or more: Min(-2, -2**32) is -2 there; one element gets the right answer. So int64
     orderings of run-time data stay with onnxruntime unless every input is a single element; sizes known at plan
@@ -207,7 +213,7 @@ def _int64_order(op: str, xs: list[Lazy], vals: list) -> None:
     raise Reject(f"int64 {op} of run-time data (onnxruntime's comparison of 32-bit halves is not reproduced)")
 
 
-def _clip(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _clip(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     _int64_order(op, [a for a in args if a is not None], [v for a, v in zip(args, vals) if a is not None])
     lo = args[1] if len(args) > 1 else None
@@ -219,7 +225,7 @@ def _clip(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy
                                                          hi.fn(()) if hi else None), uniform=x.uniform)]
 
 
-def _cast(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _cast(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     to = FROM_ONNX_CODE.get(int(attrs["to"]))
     if to is None:
         raise Reject(f"Cast to element type {attrs['to']} is not supported")
@@ -232,7 +238,7 @@ def _cast(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy
     return [L.Lazy(to, x.shape, lambda idx: E.cast(x.fn(idx), to), uniform=x.uniform)]
 
 
-def _leaky_relu(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _leaky_relu(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     # float attributes are float32 in ONNX, defaults included: onnxruntime's double kernels widen 0.01f, not 0.01
     alpha = E.const(float(np.float32(attrs.get("alpha", 0.01))), x.dtype)
@@ -242,7 +248,7 @@ def _leaky_relu(op: str, attrs: dict, args: list, vals: list, n_out: int) -> lis
                    uniform=x.uniform)]
 
 
-def _hard_sigmoid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _hard_sigmoid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     alpha = E.const(float(np.float32(attrs.get("alpha", 0.2))), x.dtype)
     beta = E.const(float(np.float32(attrs.get("beta", 0.5))), x.dtype)
@@ -252,11 +258,11 @@ def _hard_sigmoid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> l
 
 
 # -- views ------------------------------------------------------------------------------------------------
-def _identity(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _identity(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     return [args[0]]
 
 
-def _reshape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _reshape(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     target = ints(vals[1], "Reshape shape")
     allowzero = int(attrs.get("allowzero", 0))
@@ -295,14 +301,14 @@ def _reshape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[L
     return [L.reshape(x, dims)]
 
 
-def _flatten(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _flatten(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     axis = int(attrs.get("axis", 1))
     axis = axis + x.rank if axis < 0 else axis
     return [L.reshape(x, [product(x.shape[:axis]), product(x.shape[axis:])])]
 
 
-def _squeeze(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _squeeze(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     if len(args) > 1 and args[1] is not None:
         axes = {_axis(a, x.rank, op) for a in const_ints(vals[1], "Squeeze axes")}
@@ -316,7 +322,7 @@ def _squeeze(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[L
     return [L.reshape(x, [d for k, d in enumerate(x.shape) if k not in axes])]
 
 
-def _unsqueeze(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _unsqueeze(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     rank = x.rank + len(const_ints(vals[1], "Unsqueeze axes"))
     axes = sorted(_axis(a, rank, op) for a in const_ints(vals[1], "Unsqueeze axes"))
@@ -326,20 +332,20 @@ def _unsqueeze(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list
     return [L.reshape(x, dims)]
 
 
-def _transpose(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _transpose(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     perm = [int(p) for p in attrs.get("perm", range(x.rank - 1, -1, -1))]
     return [L.transpose(x, perm)]
 
 
-def _expand(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _expand(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     target = ints(vals[1], "Expand shape")
     shape = L.broadcast_shapes([x.shape, target], op)
     return [L.broadcast_to(x, shape)]
 
 
-def _tile(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _tile(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     return [L.tile(args[0], ints(vals[1], "Tile repeats"))]
 
 
@@ -382,7 +388,7 @@ def _slice_bounds(d: Poly, start: int | Poly, end: int | Poly, step: int) -> tup
     return s, (pmin(length, Poly.of(1)) if at_most_one else length)
 
 
-def _slice(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _slice(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     starts = ints(vals[1], "Slice starts")
     ends = ints(vals[2], "Slice ends")
@@ -403,7 +409,7 @@ def _slice(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return [out]
 
 
-def _gather(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
     ind = vals[1].array() if vals[1] is not None else None
@@ -430,7 +436,7 @@ def _gather(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[La
     return [L.take(x, axis, ind)]
 
 
-def _gather_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _gather_elements(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
     ind = vals[1].array() if vals[1] is not None else None
@@ -457,7 +463,7 @@ def _gather_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -
     return [L.take_along(x, axis, along)]
 
 
-def _concat(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _concat(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     xs = [a for a in args if a is not None]
     axis = _axis(int(attrs["axis"]), xs[0].rank, op)
     for x in xs[1:]:
@@ -466,7 +472,7 @@ def _concat(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[La
     return [L.concat(xs, axis)]
 
 
-def _split(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _split(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
     d = x.shape[axis]
@@ -488,7 +494,7 @@ def _split(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return outs
 
 
-def _shape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _shape(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     r = x.rank
     start = int(attrs.get("start", 0))
@@ -499,11 +505,11 @@ def _shape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
     return [L.known([E.index_val(d) for d in dims], [len(dims)], "int64")]
 
 
-def _size(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _size(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     return [L.known([E.index_val(L.numel(args[0]))], [], "int64")]
 
 
-def _constant_of_shape(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _constant_of_shape(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     shape = ints(vals[0], "ConstantOfShape shape")
     value = attrs.get("value")
     arr = _attr_tensor(value) if value is not None else np.zeros(1, np.float32)
@@ -514,7 +520,7 @@ def _constant_of_shape(op: str, attrs: dict, args: list, vals: list, n_out: int)
     return [L.Lazy(dtype, tuple(shape), lambda idx: c)]
 
 
-def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _range(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     # onnxruntime computes float ranges by accumulation (`y = start; y += delta`). With integer-valued start,
     # delta and limit every partial sum is an integer below 2**24 and exact, so it equals start + i*delta.
     dtype = args[0].dtype
@@ -531,7 +537,7 @@ def _range(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Laz
 
 # -- reductions ---------------------------------------------------------------------------------------------
 
-def _reduce_axes(op: str, attrs: dict, args: list, vals: list, rank: int) -> tuple[list[int] | None, set[int]]:
+def _reduce_axes(op: str, attrs: Attrs, args: Args, vals: Vals, rank: int) -> tuple[list[int] | None, set[int]]:
     """The reduced axes (sorted), or None for "no reduction" (empty axes with noop_with_empty_axes); and the axes
     that onnxruntime keeps on an empty input (see `_empty_quirk`)."""
     if len(args) > 1 and args[1] is not None:
@@ -570,7 +576,7 @@ _SUM_OF = {"l1": "abs", "l2": "square", "sumsquare": "square", "logsum": None, "
 
 
 def _reducer(kind: str) -> Callable[..., list[Lazy]]:
-    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
         x = args[0]
         axes, quirk = _reduce_axes(op, attrs, args, vals, x.rank)
         if axes is None and kind not in _SUM_OF:
@@ -641,7 +647,7 @@ def _fresh_copy(full: list[Poly], rvars: list[Poly]) -> tuple[tuple[Poly, ...], 
 
 
 def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
-    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
         x = args[0]
         written = int(attrs.get("axis", 0))
         axis = _axis(written, x.rank, op)
@@ -670,8 +676,8 @@ def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
 
 
 def _softmax(log: bool) -> Callable[..., list[Lazy]]:
-    def f(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
-        x = args[0]
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+        x: Lazy = args[0]
         if x.dtype not in E.FLOATS:
             raise Reject(f"{op} of {x.dtype}")
         if log and x.dtype == "float64":
@@ -853,7 +859,7 @@ def _const_indices(ind: np.ndarray, data: Lazy, axes: Sequence[int], op: str) ->
     return ind
 
 
-def _scatter_nd(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _scatter_nd(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     try:
         return _scatter_nd_grid(op, attrs, args, vals, n_out)
     except Reject as why:
@@ -871,7 +877,7 @@ def _scatter_nd(op: str, attrs: dict, args: list, vals: list, n_out: int) -> lis
                               lambda p, idx: L._unflat(p, rows) + tuple(idx[k:]), reduction)]
 
 
-def _scatter_nd_grid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _scatter_nd_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     data, upd = args[0], args[2]
     reduction = str(attrs.get("reduction", "none"))
     if reduction not in ("none", *_REDUCE):
@@ -933,7 +939,7 @@ def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
     raise Reject(f"{op} index of unknown sign")
 
 
-def _scatter_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _scatter_elements(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     try:
         return _scatter_elements_grid(op, attrs, args, vals, n_out)
     except Reject as why:
@@ -956,7 +962,7 @@ def _scatter_elements(op: str, attrs: dict, args: list, vals: list, n_out: int) 
         return [_tabled_write(op, data, upd, grid, range(data.rank), lambda p, idx: L._unflat(p, shape), reduction)]
 
 
-def _scatter_elements_grid(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list[Lazy]:
+def _scatter_elements_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     data, upd = args[0], args[2]
     axis = _axis(int(attrs.get("axis", 0)), data.rank, op)
     reduction = str(attrs.get("reduction", "none"))
@@ -1037,7 +1043,7 @@ REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "Re
 FREE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"})
 
 
-def lower_node(op: str, attrs: dict, args: Sequence[Lazy | None], vals: Sequence[Value | None],
+def lower_node(op: str, attrs: Attrs, args: Sequence[Lazy | None], vals: Sequence[Value | None],
                n_out: int) -> list[Lazy]:
     f = LOWER.get(op)
     if f is None:
