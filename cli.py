@@ -144,12 +144,16 @@ def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, d
 
 @main.command()
 @click.argument("model", type=click.Path(path_type=Path))
+@click.option("-v", "--verbose", is_flag=True, help="Also a verdict per node, the dependences and each kernel's reads.")
+@click.option("--json", "as_json", is_flag=True, help="Everything -v says, as one JSON object.")
 @_one_line_failures
-def explain(model: Path) -> None:
-    """Say, node by node, why MODEL's nodes would or would not be fused."""
+def explain(model: Path, verbose: bool, as_json: bool) -> None:
+    """Say what optimize would fuse in MODEL: each kernel and what it absorbs, then what stays with onnxruntime,
+    grouped by reason."""
     from evonnx.explain import explain as run
 
-    click.echo(run(model))
+    result = run(model)
+    click.echo(result.json() if as_json else result.text(verbose))
 
 
 @main.command("build-runtime")

@@ -80,11 +80,11 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
         elif n.op in BLOCKED_READERS - CONVS and data and data[0].name in blocked:
             blocked.update(outs)
         elif n.op in ACTIVATIONS and data and data[0].name in blocked:
-            activation[n.name] = (f"left to onnxruntime: a {n.op} of a convolution's output, which onnxruntime "
+            activation[n.name] = (f"a {n.op} of a convolution's output, which onnxruntime "
                                   f"folds into the convolution (or into QuickGelu) in its blocked layout")
             blocked.update(outs)
         elif _silu_mul(n) and all(t.name in blocked for t in data):
-            activation[n.name] = ("left to onnxruntime: the Mul of a SiLU on a convolution's output, which "
+            activation[n.name] = ("the Mul of a SiLU on a convolution's output, which "
                                   "onnxruntime runs as one vectorised QuickGelu in its blocked layout")
             blocked.update(outs)
         elif n.op in CHAIN and data and all(t.name in blocked for t in data) and \
@@ -98,7 +98,7 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
         consumers = [c for t in n.outputs for c in t.outputs]
         if any(c.op in BLOCKED_READERS or c.name in feeds_blocked or c.name in activation for c in consumers):
             feeds_blocked.add(n.name)
-            leave[n.name] = (f"left to onnxruntime: a {n.op} between convolutions, which onnxruntime runs in its "
+            leave[n.name] = (f"a {n.op} between convolutions, which onnxruntime runs in its "
                              f"blocked layout (a kernel there costs a layout reorder on each side)")
     for n in graph.nodes:
         if n.op == "Transpose" or (n.op == "Mul" and any(_is_const(t) for t in n.inputs)):
@@ -107,7 +107,7 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
                     o.name for o in graph.outputs} for t in n.outputs):
                 if n.op == "Mul" and not _scalar_const(n):
                     continue
-                leave.setdefault(n.name, f"left to onnxruntime: a {n.op} that onnxruntime folds into the MatMul "
+                leave.setdefault(n.name, f"a {n.op} that onnxruntime folds into the MatMul "
                                          f"it feeds (FusedMatMul)")
     return leave
 
@@ -159,7 +159,7 @@ def folded(graph: gs.Graph, an: Analysis) -> dict[str, str]:
         unknown = any(t.name and (info := an.tensors.get(t.name)) is not None and info.known is None
                       for t in n.outputs)
         if to_ort and unknown:
-            leave[n.name] = (f"left to onnxruntime: a {n.op} of constants only, which onnxruntime folds once at "
+            leave[n.name] = (f"a {n.op} of constants only, which onnxruntime folds once at "
                              f"session start (its value reaches a node onnxruntime runs)")
     return leave
 

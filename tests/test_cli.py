@@ -3,6 +3,7 @@ writes the model and its library and says what it did."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -205,14 +206,31 @@ def test_cli_optimize_subprocess_happy_path(tmp_path: Path) -> None:
     assert any(n.domain == "ai.evonnx" for n in onnx.load(str(out)).graph.node)
 
 
-def test_cli_explain_gives_a_verdict_per_node() -> None:
-    result = CliRunner().invoke(main, ["explain", str(SMALL_MODEL)])
-    assert result.exit_code == 0, result.output
+def test_cli_explain_leads_with_a_summary_and_gives_a_verdict_per_node_with_v() -> None:
     model = onnx.load(str(SMALL_MODEL))
+    short = CliRunner().invoke(main, ["explain", str(SMALL_MODEL)])
+    assert short.exit_code == 0, short.output
+    head = short.stdout.splitlines()
+    assert head[0].startswith(f"{SMALL_MODEL}: {len(model.graph.node)} nodes")
+    assert re.match(r"1 fused kernels absorb \d+ nodes:$", head[1]), head
+    assert re.match(r"  evo0_[0-9a-f]{8}: \d+ nodes \[", head[2]), head
+    assert len(head) < 12 and not any(ln.startswith("kernel evo") for ln in head)  # no per-node noise
+
+    result = CliRunner().invoke(main, ["explain", "-v", str(SMALL_MODEL)])
+    assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
+    assert lines[:len(head)] == head
     for n in model.graph.node:
         verdicts = [ln for ln in lines if ln.strip().startswith(f"{n.name} ({n.op_type}): ")]
         assert len(verdicts) == 1, n.name
-        assert re.search(r": (fused into evo\d+_[0-9a-f]{8}|left to onnxruntime: .+|dropped: .+)$", verdicts[0])
-    assert any("fused into" in ln for ln in lines)
+        assert re.search(r": (fused: evo\d+_[0-9a-f]{8}|left to onnxruntime: .+|inlined: .+|folded by onnxruntime)$",
+                         verdicts[0]), verdicts[0]
+    assert any(": fused: evo" in ln for ln in lines)
     assert any(ln.startswith("kernel evo") for ln in lines)
+
+    as_json = CliRunner().invoke(main, ["explain", "--json", str(SMALL_MODEL)])
+    assert as_json.exit_code == 0, as_json.output
+    doc = json.loads(as_json.stdout)
+    assert [n["name"] for n in doc["nodes"]] == [n.name for n in model.graph.node]
+    assert len(doc["kernels"]) == 1 and sum(doc["kernels"][0]["ops"].values()) == \
+        sum(n["verdict"] == "fused" for n in doc["nodes"])
