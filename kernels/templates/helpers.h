@@ -7,25 +7,32 @@
     EVO_FN T evo_min_##S(T a, T b) { return b < a ? b : a; }                               \
     EVO_FN T evo_max_##S(T a, T b) { return a < b ? b : a; }                               \
     EVO_FN T evo_nmin_##S(T a, T b) { return a != a ? a : (b < a || b != b) ? b : a; }    \
-    EVO_FN T evo_nmax_##S(T a, T b) { return a != a ? a : (a < b || b != b) ? b : a; }    \
+    EVO_FN T evo_nmax_##S(T a, T b) { return a != a ? a : (a < b || b != b) ? b : a; }
+/* Relu and Sign of a signed type, and of an unsigned one (no value below 0: no comparison that is always false) */
+#define EVO_SIGNED(T, S)                                                                   \
+    EVO_ORDERED(T, S)                                                                      \
     EVO_FN T evo_relu_##S(T x) { return x < (T)0 ? (T)0 : x; }                            \
     EVO_FN T evo_sign_##S(T x) { return x != x ? x : (T)((x > (T)0) - (x < (T)0)); }
-EVO_ORDERED(float, f32)
-EVO_ORDERED(double, f64)
-EVO_ORDERED(int64_t, i64)
-EVO_ORDERED(int32_t, i32)
-EVO_ORDERED(int16_t, i16)
-EVO_ORDERED(int8_t, i8)
-EVO_ORDERED(uint8_t, u8)
-EVO_ORDERED(uint16_t, u16)
-EVO_ORDERED(uint32_t, u32)
-EVO_ORDERED(uint64_t, u64)
+#define EVO_UNSIGNED(T, S)                                                                 \
+    EVO_ORDERED(T, S)                                                                      \
+    EVO_FN T evo_relu_##S(T x) { return x; }                                               \
+    EVO_FN T evo_sign_##S(T x) { return (T)(x > (T)0); }
+EVO_SIGNED(float, f32)
+EVO_SIGNED(double, f64)
+EVO_SIGNED(int64_t, i64)
+EVO_SIGNED(int32_t, i32)
+EVO_SIGNED(int16_t, i16)
+EVO_SIGNED(int8_t, i8)
+EVO_UNSIGNED(uint8_t, u8)
+EVO_UNSIGNED(uint16_t, u16)
+EVO_UNSIGNED(uint32_t, u32)
+EVO_UNSIGNED(uint64_t, u64)
 
 /* +0.0 as an expression operand (cprint.print_expr prints it so, never as a literal). gcc 12 folds `0.0f - X` into
  * `-X` whenever it knows X is not -0.0: an int-to-float conversion, fabs, a literal. The condition is the wrong
  * way round (it needs X not +0.0), so Sub(0, Cast(int 0)) gave -0.0 where onnxruntime gives +0.0, and
  * `-X + 0.0f` goes the same way. A call is no literal to that fold, and once inlined the operand is a temporary,
- * which the fold never matches (tests/security/test_special_values.py). */
+ * which the fold never matches (tests/test_check.py). */
 EVO_FN float evo_pzero_f32(void) { return 0.0f; }
 EVO_FN double evo_pzero_f64(void) { return 0.0; }
 

@@ -7,12 +7,6 @@
 
 #include "evonnx_abi.h"
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wunused-variable"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#endif
-
 /* Task functions are compiled twice on x86-64, for x86-64-v3 (AVX2 and FMA, as onnxruntime's MLAS kernels use
  * them) and for the baseline, and the loader picks one for the machine (GNU ifunc), so the library stays portable
  * while vector loops run 8 floats wide where they can. -ffp-contract=off still applies: no FMA is introduced
