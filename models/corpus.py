@@ -5,6 +5,7 @@ Usage (with the corpus venv described in models/README.md, "Whole-model corpus")
     python models/corpus.py                       # every entry into ~/.cache/evonnx/corpus
     python models/corpus.py --out /tmp/corpus --only yolov8n --only retinanet_resnet50_fpn_hot
     python models/corpus.py --list                # entries, whether each file exists, recorded status
+    python models/corpus.py --codebase yolox --codebase detr   # only the entries of those code bases
 
 Every model is built with random weights (ultralytics from its YAML configs, torchvision with
 ``weights=None, weights_backbone=None``) after ``torch.manual_seed(SEED)``, so nothing is downloaded, and
@@ -50,6 +51,7 @@ VERSIONED = ("torch", "torchvision", "ultralytics", "onnx", "onnxruntime", "onnx
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_AUTOINSTALL", "False")
 
+import corpus_heads  # noqa: E402  (models/ is sys.path[0] when this file runs as a script)
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -61,16 +63,22 @@ class Entry:
     """One corpus model: how to build and export it, and the input its recipe describes."""
 
     name: str
-    codebase: str  # "ultralytics" | "torchvision"
-    arch: str  # ultralytics YAML, or the torchvision constructor name
+    codebase: str  # "ultralytics" | "torchvision" | a corpus_heads code base ("mmdetection", "mmyolo", ...)
+    arch: str  # ultralytics YAML, the torchvision constructor name, or a corpus_heads.HEADS name
     exporter: str  # "ultralytics" | "torchscript" | "dynamo"
     description: str
-    image_shape: tuple[int, ...]  # the recipe's input shape (NCHW for ultralytics, CHW for torchvision)
+    image_shape: tuple[int, ...]  # the recipe's input shape (NCHW for ultralytics, CHW for torchvision; heads: ())
     dynamic: bool = False
     nms: bool = False
     hot: bool = False
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra ultralytics export() arguments
     check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
+    opset: int = 0  # heads: the opset asked of the exporter (0: the exporter's default for its kind)
+    check_batches: tuple[int, ...] = ()  # heads with a symbolic batch: more batch sizes for ort_check
+
+    @property
+    def is_head(self) -> bool:
+        return self.arch in corpus_heads.HEADS_BY_NAME
 
 
 def _ultralytics_entries() -> list[Entry]:
@@ -139,7 +147,20 @@ def _torchvision_entries() -> list[Entry]:
     return out
 
 
-ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries())
+def _head_entries() -> list[Entry]:
+    """Every corpus_heads head through every (exporter, opset, dynamic batch) of corpus_heads.VARIANTS."""
+    out: list[Entry] = []
+    for head in corpus_heads.HEADS:
+        for exporter, opset, dyn in corpus_heads.VARIANTS:
+            tag = "ts" if exporter == "torchscript" else "dynamo"
+            out.append(Entry(
+                f"{head.name}_{tag}{opset}" + ("_dynamic" if dyn else ""), head.codebase, head.name, exporter,
+                head.what + (", dynamic batch" if dyn else ", static batch 1"), (), dynamic=dyn,
+                nms=False, opset=opset, check_batches=(3,) if dyn else ()))
+    return out
+
+
+ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries() + _head_entries())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -306,6 +327,23 @@ def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     return {"codebase": "torchvision", "version": torchvision.__version__, "call": call, "notes": notes}
 
 
+def _export_head(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    """A corpus_heads module through torch.onnx.export, as the entry's exporter and opset say."""
+    tmp = stage / "model.onnx"
+    head = corpus_heads.HEADS_BY_NAME[e.arch]
+    with _exporter_call():
+        source = corpus_heads.export(head, e.exporter, e.opset, e.dynamic, str(tmp), SEED)
+    m = onnx.load(str(tmp))
+    for node in m.graph.node:  # as _export_torchvision: the dynamo exporter's stack traces hold absolute paths
+        del node.metadata_props[:]
+        node.doc_string = ""
+    m.graph.doc_string = ""
+    m.doc_string = ""
+    onnx.save(m, str(dst))
+    source["version"] = f"{source['version']}; torch {torch.__version__}"
+    return source
+
+
 # ---------------------------------------------------------------------------------------------------------
 # records
 # ---------------------------------------------------------------------------------------------------------
@@ -327,6 +365,14 @@ def _io(vis: Any) -> list[dict[str, Any]]:
 
 
 def _recipe(e: Entry) -> dict[str, Any]:
+    if e.is_head:
+        head = corpus_heads.HEADS_BY_NAME[e.arch]
+        h: dict[str, Any] = {"kind": "head_outputs", "batch": 1, "seed": SEED,
+                             "distribution": corpus_heads.SAMPLING,
+                             "inputs": [s.record() for s in head.inputs]}
+        if e.check_batches:
+            h["also_checked_batches"] = list(e.check_batches)
+        return h
     r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float32", "shape": list(e.image_shape),
                          "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"}
     if e.check_shapes:
@@ -338,6 +384,18 @@ def _recipe(e: Entry) -> dict[str, Any]:
     return r
 
 
+def _check_feeds(e: Entry, first_input: str) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
+    """The recipe input, then each ``also_checked`` one: (shape of the first input, feeds)."""
+    if e.is_head:
+        specs = corpus_heads.HEADS_BY_NAME[e.arch].inputs
+        for batch in (1, *e.check_batches):
+            feeds = corpus_heads.sample_inputs(specs, SEED, batch)
+            yield list(next(iter(feeds.values())).shape), feeds
+        return
+    for shape in (e.image_shape, *e.check_shapes):
+        yield list(shape), {first_input: np.random.default_rng(SEED).random(shape, dtype=np.float32)}
+
+
 def _ort_check(path: Path, e: Entry) -> dict[str, Any]:
     """Run the model once per recipe shape in onnxruntime (CPU); record output shapes, or the error line."""
     so = ort.SessionOptions()
@@ -346,15 +404,14 @@ def _ort_check(path: Path, e: Entry) -> dict[str, Any]:
     runs = []
     try:
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        for shape in (e.image_shape, *e.check_shapes):
-            x = np.random.default_rng(SEED).random(shape, dtype=np.float32)
+        for shape, feeds in _check_feeds(e, sess.get_inputs()[0].name):
             t0 = time.perf_counter()
-            outs = sess.run(None, {sess.get_inputs()[0].name: x})
+            outs = sess.run(None, feeds)
             outputs = [{"name": o.name, "shape": list(a.shape), "dtype": a.dtype.name,
                         "nonzero": int(np.count_nonzero(a)),
                         "nonfinite": int(a.size - np.count_nonzero(np.isfinite(a))) if a.dtype.kind == "f" else 0}
                        for o, a in zip(sess.get_outputs(), outs, strict=True)]
-            runs.append({"input_shape": list(shape), "seconds": round(time.perf_counter() - t0, 3),
+            runs.append({"input_shape": shape, "seconds": round(time.perf_counter() - t0, 3),
                          "outputs": outputs})
     except Exception as exc:  # an onnxruntime failure is the recorded result of the check
         return {"status": "error", "error": _one_line(exc), "runs": runs}
@@ -387,7 +444,8 @@ def _failed(e: Entry, reason: str, seconds: float) -> dict[str, Any]:
     return {"name": e.name, "file": None, "sha256": None, "size_bytes": None, "status": "export_failed",
             "reason": reason, "description": e.description,
             "source": {"codebase": e.codebase, "arch": e.arch}, "exporter": e.exporter,
-            "opset": DYNAMO_OPSET if e.exporter == "dynamo" else TS_OPSET, "dynamic": e.dynamic, "nms": e.nms,
+            "opset": e.opset or (DYNAMO_OPSET if e.exporter == "dynamo" else TS_OPSET), "dynamic": e.dynamic,
+            "nms": e.nms,
             "input_recipe": _recipe(e), "export_seconds": round(seconds, 1)}
 
 
@@ -455,6 +513,7 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
         staged = stage / "final.onnx"
         try:
             fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
+                _export_head if e.is_head else
                 _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
@@ -474,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="export only NAME (repeatable)")
+    ap.add_argument("--codebase", action="append", default=[], metavar="NAME",
+                    help="export only the entries of code base NAME (repeatable; with --only: either)")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
     ap.add_argument("--force", action="store_true", help="re-export entries that are up to date")
     ap.add_argument("--table", action="store_true", help="print corpus.json as a Markdown table and exit")
@@ -483,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in a.only if n not in known]
     if unknown:
         ap.error(f"unknown entries: {', '.join(unknown)} (see --list)")
+    bases = {e.codebase for e in ENTRIES}
+    unknown = [c for c in a.codebase if c not in bases]
+    if unknown:
+        ap.error(f"unknown code bases: {', '.join(unknown)} (known: {', '.join(sorted(bases))})")
     old = _load_manifest(out)
     records = {r["name"]: r for r in old.get("models", []) if r.get("name") in known}
     if a.table:
@@ -499,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("YOLO_CONFIG_DIR", str(out / ".ultralytics-config"))
     versions = _versions()
     same = old.get("versions") == versions
-    todo = [e for e in ENTRIES if not a.only or e.name in a.only]
+    chosen = set(a.only) | {e.name for e in ENTRIES if e.codebase in a.codebase}
+    todo = [e for e in ENTRIES if not chosen or e.name in chosen]
     t_all = time.perf_counter()
     for e in todo:
         if not a.force and _up_to_date(e, out, records.get(e.name), same):
