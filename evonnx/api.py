@@ -90,6 +90,9 @@ class OptimizeResult:
     check: CheckResult | None
     seconds: float
     guard: GuardResult | None = None
+    # nodes of the model as written that onnxruntime folds or fuses at session start (constant folding, Conv+BN):
+    # planned on the graph onnxruntime runs, they are neither fused nor left
+    folded: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         copies = (f", {self.plan.copies_removed} full-tensor copies of scatter writes removed"
@@ -103,10 +106,19 @@ class OptimizeResult:
             absorbed = ", ".join(f"{op}x{n}" if n > 1 else op for op, n in sorted(ops.items()))
             lines.append(f"  {k.name}: {len(k.source_ops)} nodes -> 1 [{absorbed}]"
                          f"{' exact' if k.exact else ''}")
+        if self.folded:
+            lines.append(f"  {len(self.folded)} nodes folded by onnxruntime itself at session start")
         lines.append(f"  check: {self.check if self.check is not None else 'skipped (--no-check)'}")
         lines.append(f"  guard: {self.guard if self.guard is not None else 'skipped (--no-guard)'}")
         lines.append(f"  time: {self.seconds:.2f} s")
         return "\n".join(lines)
+
+
+def _folded_away(as_written: onnx.ModelProto, planned: onnx.ModelProto) -> list[str]:
+    """Names of the nodes of `as_written` that the planned graph (onnxruntime's, after its session-start
+    folding) no longer holds."""
+    kept = {n.name for n in planned.graph.node}
+    return [n.name for n in as_written.graph.node if n.name not in kept]
 
 
 def _exact_outputs(model: onnx.ModelProto, specs: Sequence[KernelSpec]) -> set[str]:
@@ -238,7 +250,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             guarded.dropped.append((what, len(chosen), str(losing[0])))
             log.info("guard: %s; leaving %d %s to onnxruntime", losing[0], len(chosen), what)
         out = OptimizeResult(dst, lib, len(as_written.graph.node), len(out_model.graph.node), result.specs,
-                             result.plan, checked, time.perf_counter() - t0, guarded)
+                             result.plan, checked, time.perf_counter() - t0, guarded,
+                             _folded_away(as_written, original))
         if report is not None:
             from evonnx.report import report_json
 

@@ -1,7 +1,7 @@
 """The machine-readable report of one `optimize` run (`--report report.json`).
 
 Keys (README "Report"): nodes_before, nodes_after, kernels, fusion_ratio, bytes_before, bytes_after, groups,
-check, plus planner, copies_removed, rejected, cost_model, seconds.
+check, plus planner, copies_removed, rejected, folded_by_onnxruntime, cost_model, seconds.
 
 - fusion_ratio = (nodes evonnx could handle that fusion absorbed or folded) / (nodes evonnx could handle), where
   "could handle" means any mapping class other than opaque (`passes/classify.py`), Constant nodes excluded.
@@ -55,6 +55,7 @@ def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner
         "groups": [{"kernel": k.name, "nodes": list(k.source_nodes), "ops": list(k.source_ops), "exact": k.exact}
                    for k in result.kernels],
         "rejected": [{"node": r.node, "op": r.op, "reason": r.reason} for r in result.plan.rejected],
+        "folded_by_onnxruntime": list(getattr(result, "folded", [])),
         "check": check,
         "guard": result.guard.as_dict() if getattr(result, "guard", None) is not None else None,
         "cost_model": asdict(pipeline.cost_model),

@@ -111,3 +111,10 @@ def test_what_onnxruntime_folds_never_becomes_a_kernel(tmp_path) -> None:  # noq
     # on the model as written, the constant-only nodes whose values reach the Resize stay with onnxruntime too
     result = run_pipeline(model)
     assert not {"reduce_max", "double", "unsq", "sizes"} & _fused_nodes(result)
+    # optimize says which nodes onnxruntime folds itself (summary, report, OptimizeResult.folded)
+    import evonnx
+
+    opt = evonnx.optimize(path, tmp_path / "m.opt.onnx", guard=False)
+    assert {"reduce_max", "double", "unsq", "sizes"} <= set(opt.folded)
+    assert not {"resize", "tail_transpose", "tail_neg"} & set(opt.folded)
+    assert f"{len(opt.folded)} nodes folded by onnxruntime itself at session start" in opt.summary()
