@@ -532,14 +532,24 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
             return temps[x]
         return print_expr(x, names, sub)
 
+    def emit(into: list[str], indent: str, line: str) -> None:
+        """`line` after the loops of the reductions printed into it (`names.pre`)."""
+        assert names.pre is not None
+        into.extend(indent + st for st in names.pre)
+        into.append(indent + line)
+
     for x, per_row in temporaries(roots, inner):
+        names.pre = []
         code = print_expr(x, names, sub)
         name = f"t{len(temps)}"
-        (row_lines if per_row else lines).append(
-            f"{'        ' if per_row else '            '}const {CTYPE[x.dtype]} {name} = {code};")
+        emit(row_lines if per_row else lines, "        " if per_row else "            ",
+             f"const {CTYPE[x.dtype]} {name} = {code};")
         temps[x] = name
     for (pos, e), (oi, dtype) in zip(roots, targets, strict=True):
-        lines.append(f"            out{oi}[{print_poly(pos, names)}] = ({CTYPE[dtype]})({sub(e)});")
+        names.pre = []
+        code = sub(e)
+        emit(lines, "            ", f"out{oi}[{print_poly(pos, names)}] = ({CTYPE[dtype]})({code});")
+    names.pre = None
     return "\n".join(row_lines), "\n".join(lines)
 
 

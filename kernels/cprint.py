@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -42,6 +42,9 @@ class Names:
         self.tables = tables  # index.Table and expr.ValueTable objects -> C array names
         self.index_type = index_type
         self._loops = 0
+        # statements to print before the statement being printed (a reduction's loop), or None where there is no
+        # such place (the expression must stay one expression)
+        self.pre: list[str] | None = None
 
     def fresh_loop(self) -> str:
         """A C name for one printed reduction loop, never reused (a reduction printed twice gets two)."""
@@ -103,7 +106,9 @@ def _extreme(dtype: str, low: bool) -> str:
 
 
 def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
-    """A reduction as a GNU statement expression (gcc and nvcc both accept it) with its own loop variable.
+    """A reduction with its own loop variable: its statements go to `names.pre` (before the statement being
+    printed) and the result is a variable; with no statement context (`names.pre` None: the CUDA printer, a guarded
+    select branch, whose reads must not run unless taken) they form a GNU statement expression.
 
     In C (not CUDA) the loop carries `omp simd reduction(...)` (honoured through -fopenmp-simd, no OpenMP runtime):
     it lets gcc reassociate this one loop and vectorise it. max/min give the same value in any order; sums and
@@ -115,60 +120,73 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     r = names.fresh_loop()
     names.vars[v] = r
     ext = print_poly(v.extent, names)
-    t = CTYPE[e.body.dtype]
+    outer = names.pre
+    inner: list[str] | None = [] if outer is not None else None
+    names.pre = inner  # what the body's own reductions compute goes inside this loop
     body = sub(e.body)
-    simd = names.index_type is None
+    names.pre = outer
+    lines, result = _reduce_code(e, r, ext, body, inner or [], simd=names.index_type is None)
+    if outer is not None:
+        outer.extend(lines)
+        return result
+    return f"__extension__ ({{ {' '.join(lines)} {result}; }})"
 
-    def pragma(op: str, acc: str) -> str:
-        return f'_Pragma("omp simd reduction({op}:{acc})") ' if simd else ""
 
+def _loop(head: str, statements: Sequence[str]) -> list[str]:
+    return [f"{head} {{", *(f"    {st}" for st in statements), "}"]
+
+
+def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], simd: bool) -> tuple[list[str], str]:
+    """The statements of reduction `e` over loop variable `r` < `ext` of element `body` (preceded in each loop by
+    `inner`, the statements of the reductions inside it), and the C expression of its result."""
+    t = CTYPE[e.body.dtype]
     floating = e.body.dtype in FLOATS
+    loop = f"for (int64_t {r} = 0; {r} < {ext}; ++{r})"
+    value = [*inner, f"const {t} {r}_v = {body};"]
+
+    def pragma(op: str, acc: str) -> list[str]:
+        return [f'_Pragma("omp simd reduction({op}:{acc})")'] if simd else []
+
     if simd and e.op in ("argmax", "argmin"):
         # onnxruntime starts from element 0 and takes a strictly better one: NaN at 0 gives 0, a later NaN is
         # skipped. The vectorised extreme skips NaN too (a NaN never compares better), then the scan finds its index.
         cmp, m = (">", "max") if e.op == "argmax" else ("<", "min")
         scan = (f"for (int64_t {r} = {ext} - 1; {r} >= 0; --{r})" if e.attr
                 else f"for (int64_t {r} = 0; {r} < {ext}; ++{r})")
-        first_nan = (f"int {r}_nan0 = 0; for (int64_t {r} = 0; {r} < ({ext} > 0); ++{r}) {{ const {t} {r}_v = "
-                     f"{body}; {r}_nan0 = {r}_v != {r}_v; }} if (!{r}_nan0) " if floating else "")
-        return (f"({{ {t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')}; {pragma(m, f'{r}_best')}"
-                f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
-                f"{r}_best = {r}_v {cmp} {r}_best ? {r}_v : {r}_best; }} int64_t {r}_at = 0; "
-                f"{first_nan}{scan} {{ if ({body} == {r}_best) {{ {r}_at = {r}; break; }} }} {r}_at; }})")
+        lines = [f"{t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')};", *pragma(m, f"{r}_best"),
+                 *_loop(loop, [*value, f"{r}_best = {r}_v {cmp} {r}_best ? {r}_v : {r}_best;"]),
+                 f"int64_t {r}_at = 0;"]
+        if floating:
+            first = f"for (int64_t {r} = 0; {r} < ({ext} > 0); ++{r})"  # element 0, if any
+            lines += [f"int {r}_nan0 = 0;", *_loop(first, [*value, f"{r}_nan0 = {r}_v != {r}_v;"])]
+            scan = f"if (!{r}_nan0) {scan}"
+        lines += _loop(scan, [*value, f"if ({r}_v == {r}_best) {{ {r}_at = {r}; break; }}"])
+        return lines, f"{r}_at"
     if simd and e.op in ("max", "min"):
         # onnxruntime's reductions start from element 0 and take a strictly greater (smaller) one: NaN at 0 gives
         # NaN, a later NaN is skipped (`v > acc` is false). The vectorised compare-select skips every NaN, and an
         # or-reduction records whether element 0 was one, so the max-reduction itself never sees a NaN.
         cmp = ">" if e.op == "max" else "<"
-        init = _extreme(e.dtype, e.op == "max")
+        step = f"{r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc;"
+        init = f"{t} {r}_acc = {_extreme(e.dtype, e.op == 'max')};"
         if not floating:
-            return (f"({{ {t} {r}_acc = {init}; {pragma(e.op, f'{r}_acc')}for (int64_t {r} = 0; {r} < {ext}; "
-                    f"++{r}) {{ const {t} {r}_v = {body}; {r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc; }} "
-                    f"{r}_acc; }})")
-        return (f"({{ {t} {r}_acc = {init}; int {r}_nan0 = 0; "
-                f'_Pragma("omp simd reduction({e.op}:{r}_acc) reduction(|:{r}_nan0)") '
-                f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
-                f"{r}_acc = {r}_v {cmp} {r}_acc ? {r}_v : {r}_acc; {r}_nan0 |= ({r} == 0) & ({r}_v != {r}_v); }} "
-                f"{r}_nan0 ? ({t})NAN : {r}_acc; }})")
-    if simd and e.op in _IDENTITY:
-        init = print_const(_IDENTITY[e.op], e.dtype)
-        op = "+" if e.op == "sum" else "*"
-        return (f"({{ {t} {r}_acc = {init}; {pragma(op, f'{r}_acc')}for (int64_t {r} = 0; {r} < {ext}; ++{r}) "
-                f"{{ {r}_acc = {r}_acc {op} ({body}); }} {r}_acc; }})")
-    if e.op in ("argmax", "argmin"):
-        better = ">" if e.op == "argmax" else "<"
-        better += "=" if e.attr else ""
-        return (f"({{ int64_t {r}_at = 0; {t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')}; "
-                f"for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ const {t} {r}_v = {body}; "
-                f"if ({r} == 0 || {r}_v {better} {r}_best) {{ {r}_best = {r}_v; {r}_at = {r}; }} }} {r}_at; }})")
+            return [init, *pragma(e.op, f"{r}_acc"), *_loop(loop, [*value, step])], f"{r}_acc"
+        return ([init, f"int {r}_nan0 = 0;", f'_Pragma("omp simd reduction({e.op}:{r}_acc) reduction(|:{r}_nan0)")',
+                 *_loop(loop, [*value, step, f"{r}_nan0 |= ({r} == 0) & ({r}_v != {r}_v);"])],
+                f"({r}_nan0 ? ({t})NAN : {r}_acc)")
     if e.op in _IDENTITY:
-        init = print_const(_IDENTITY[e.op], e.dtype)
-        step = f"{r}_acc = {r}_acc {'+' if e.op == 'sum' else '*'} ({body});"
-    else:
-        init = _extreme(e.dtype, e.op == "max")
-        step = (f"const {t} {r}_v = {body}; {r}_acc = ({r} == 0 || {r}_v {'>' if e.op == 'max' else '<'} {r}_acc) "
-                f"? {r}_v : {r}_acc;")  # from element 0, as above
-    return f"({{ {t} {r}_acc = {init}; for (int64_t {r} = 0; {r} < {ext}; ++{r}) {{ {step} }} {r}_acc; }})"
+        op = "+" if e.op == "sum" else "*"
+        return ([f"{t} {r}_acc = {print_const(_IDENTITY[e.op], e.dtype)};", *pragma(op, f"{r}_acc"),
+                 *_loop(loop, [*inner, f"{r}_acc = {r}_acc {op} ({body});"])], f"{r}_acc")
+    if e.op in ("argmax", "argmin"):
+        better = (">" if e.op == "argmax" else "<") + ("=" if e.attr else "")
+        take = f"if ({r} == 0 || {r}_v {better} {r}_best) {{ {r}_best = {r}_v; {r}_at = {r}; }}"
+        return ([f"int64_t {r}_at = 0;", f"{t} {r}_best = {_extreme(e.body.dtype, e.op == 'argmax')};",
+                 *_loop(loop, [*value, take])], f"{r}_at")
+    # max/min from element 0, as above
+    return ([f"{t} {r}_acc = {_extreme(e.dtype, e.op == 'max')};",
+             *_loop(loop, [*value, f"{r}_acc = ({r} == 0 || {r}_v {'>' if e.op == 'max' else '<'} {r}_acc) ? {r}_v : "
+                                   f"{r}_acc;"])], f"{r}_acc")
 
 
 _RANGE = {t: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in UTYPE.keys() | {"uint8", "uint16", "uint32",
@@ -220,7 +238,14 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     if isinstance(e, Reduce):
         return _print_reduce(e, names, sub)
     assert isinstance(e, Op)
-    a = [sub(x) for x in e.args]
+    if e.attr == "guard":  # the operands after the first are read only where it holds: no statement before
+        saved = names.pre
+        a = [sub(e.args[0])]
+        names.pre = None
+        a += [sub(x) for x in e.args[1:]]
+        names.pre = saved
+    else:
+        a = [sub(x) for x in e.args]
     src = e.args[0].dtype if e.args else e.dtype
     t = CTYPE[e.dtype]
     s = SUFFIX[src]
