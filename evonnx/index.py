@@ -13,6 +13,7 @@ into plain strides. Every function returns a new value; nothing is mutated.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -441,6 +442,22 @@ def _split(p: Poly, d: Poly) -> tuple[Poly, Poly] | None:
     return Poly._from(q), Poly._from(r)
 
 
+def _scaled(r: Poly, d: int) -> tuple[int, Poly, Poly] | None:
+    """`r = g*x + y` with g > 1 dividing `d` and 0 <= y < g provably (g, x, y), or None. Then
+    fdiv(r, d) = fdiv(x, d/g) and mod(r, d) = g*mod(x, d/g) + y: a flattened index `80*o + j` (j < 80) over a
+    dim of 720 is `o` over 9, so a Reshape/Transpose chain's divisions land on whole loop variables."""
+    if d <= 1:
+        return None
+    for g in sorted({math.gcd(d, abs(c)) for _, c in r.terms if c}, reverse=True):
+        if g <= 1:
+            break
+        x = Poly._from({m: c // g for m, c in r.terms if c % g == 0})
+        y = Poly._from({m: c for m, c in r.terms if c % g != 0})
+        if x.terms and is_nonneg(y) and is_lt(y, g):
+            return g, x, y
+    return None
+
+
 def floordiv(p: PolyLike, d: PolyLike) -> Poly:
     p, d = Poly.of(p), Poly.of(d)
     if d.const == 1:
@@ -457,6 +474,8 @@ def floordiv(p: PolyLike, d: PolyLike) -> Poly:
         return q + r.const // d.const
     if is_nonneg(r) and is_lt(r, d):
         return q
+    if d.const is not None and (sc := _scaled(r, d.const)) is not None:
+        return q + floordiv(sc[1], d.const // sc[0])
     # fdiv(fdiv(x, a), b) == fdiv(x, a*b) for positive constants
     inner = r.atom()
     if isinstance(inner, FloorDiv) and inner.den.const and d.const and inner.den.const > 0 and d.const > 0:
@@ -478,6 +497,9 @@ def mod(p: PolyLike, d: PolyLike) -> Poly:
         return Poly.of(r.const % d.const)
     if is_nonneg(r) and is_lt(r, d):
         return r
+    if d.const is not None and (sc := _scaled(r, d.const)) is not None:
+        g, x, y = sc
+        return g * mod(x, d.const // g) + y
     return Poly.of(Mod(r, d))
 
 

@@ -202,6 +202,26 @@ def test_index_unflatten_of_flat_index_gives_plain_strides() -> None:
     assert not _opaque(floordiv(flat, 20)) and not _opaque(mod(flat, 20))
 
 
+def test_index_flat_index_over_a_multiple_of_its_stride_lands_on_the_loop_variable() -> None:
+    # A Transpose [720, 80, 80] -> [80, 80, 720] read through Reshape [57600, 80]: element (o, j) of the output is
+    # flat 80*o + j, whose channel 80*o + j mod 720 is 80*(o mod 9) + j and whose position (80*o + j) div 720 is
+    # o div 9, because j < 80 and 80 divides 720. Without the rule every element divided by 720 and 57600
+    # (RetinaNet's score head ran 7x slower than onnxruntime).
+    o, j = var("o", 57600), var("j", 80)
+    flat = 80 * o + j
+    assert floordiv(flat, 720) == floordiv(o, 9)
+    assert mod(flat, 720) == 80 * mod(o, 9) + j
+    assert floordiv(flat, 57600) == floordiv(o, 720)
+    for ov, jv in itertools.product((0, 1, 8, 9, 17, 719, 720, 57599), (0, 1, 79)):
+        env = {"o": ov, "j": jv}
+        for d in (720, 57600, 160, 80):
+            assert evaluate(floordiv(flat, d), env) == (80 * ov + jv) // d
+            assert evaluate(mod(flat, d), env) == (80 * ov + jv) % d
+    # no rule where the small part can reach the stride: j < 81 against 80
+    k = var("k", 81)
+    assert _opaque(floordiv(80 * o + k, 720))
+
+
 def test_index_symbolic_extent_divides_out() -> None:
     c, q = var("c", N), var("q", 4)
     assert floordiv(N * q + c, N) == q
