@@ -21,7 +21,7 @@ import onnx
 from evonnx.errors import EvonnxError, InvalidModelError, UsageError, VerificationError
 from evonnx.index import Poly, Sym
 from evonnx.inputs import AmbiguousInputs, load_user_inputs
-from evonnx.measure import Comparison, MeasureError, compare_models
+from evonnx.measure import Comparison, MeasureError, compare_models, profile_nodes
 from evonnx.model import DOMAIN, implicit_inputs, load_model, overridable
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.records import FusionPlan, KernelSpec
@@ -52,6 +52,7 @@ LAYOUT_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Glob
                         "LayerNormalization"})
 GUARD_RETIME_NOISE = 0.10  # a comparison noisier than this is timed once more, longer
 GUARD_STAGES = (
+    ("slower", "kernels slower than the nodes they replace (onnxruntime's profiler, 1 thread)"),
     ("feeding", "kernels whose outputs feed convolutions, pooling, Resize or MatMul"),
     ("reading", "kernels that read outputs of convolutions, pooling, Resize or MatMul"),
     ("all", "every kernel"),
@@ -238,7 +239,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             while stage < len(GUARD_STAGES):
                 key, what = GUARD_STAGES[stage]
                 stage += 1
-                chosen = _guard_suspects(original, result.specs, key)
+                chosen = (_profiled_slower(as_written, staged.path(dst), staged.path(lib), result.specs, sizes,
+                                           shapes) if key == "slower" else _guard_suspects(original, result.specs, key))
                 if chosen:
                     break
             else:
@@ -320,6 +322,29 @@ def _guard_suspects(model: onnx.ModelProto, specs: Sequence[KernelSpec], key: st
     if key == "feeding":
         return [s for s in specs if any(op in LAYOUT_OPS for o in s.outputs for op in consumers.get(o.name, ()))]
     return [s for s in specs if any(producer.get(i.name) in LAYOUT_OPS for i in s.inputs)]
+
+
+# Profiled runs per model for the guard's per-kernel stage (medians of each node's time).
+GUARD_PROFILE_RUNS = 20
+
+
+def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path, specs: Sequence[KernelSpec],
+                     sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None) -> list[KernelSpec]:
+    """The kernels whose profiled time exceeds that of the original's nodes they replace, both models profiled by
+    onnxruntime at 1 thread on the same inputs (the guard's sizes). A replaced node with no profile entry of its
+    own (onnxruntime folded or fused it into another) counts as free, so such a kernel is left rather than kept on
+    a guess. [] when no input set can be profiled: the coarser stages follow."""
+    symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
+    for size in (64, 256, 5, 3) if symbols else (0,):
+        try:
+            feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
+            before = profile_nodes(as_written.SerializeToString(), None, feeds, runs=GUARD_PROFILE_RUNS)
+            after = profile_nodes(optimized, library, feeds, runs=GUARD_PROFILE_RUNS)
+        except (AmbiguousInputs, EvonnxError, MeasureError):
+            continue
+        return [s for s in specs if s.name in after.times_us
+                and after.times_us[s.name] > sum(before.times_us.get(n, 0.0) for n in s.source_nodes)]
+    return []
 
 
 def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library: Path,

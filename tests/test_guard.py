@@ -53,7 +53,26 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, ratios: list[float]) -> list[int]
 
     monkeypatch.setattr(api, "compare_models", fake)
     monkeypatch.setattr(api.os, "cpu_count", lambda: 1)  # one comparison per build
+    _profiled(monkeypatch, {})
     return calls
+
+
+def _profiled(monkeypatch: pytest.MonkeyPatch, kernel_us: dict[str, float], node_us: float = 10.0) -> None:
+    """profile_nodes answers `node_us` for every node of a model without kernels, and `kernel_us` for a kernel of
+    the optimized model by one of its output tensors (a kernel not named there has no entry: never dropped)."""
+    from evonnx.measure import NodeProfile
+
+    def fake(model: object, library: object, feeds: dict, *, threads: int = 1, runs: int = 20,
+             warmup: int = 3) -> NodeProfile:
+        m = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(str(model))
+        if library is None:
+            return NodeProfile({n.name: node_us for n in m.graph.node}, {n.name: n.op_type for n in m.graph.node},
+                               node_us * len(m.graph.node))
+        times = {n.name: kernel_us[o] for n in m.graph.node if n.op_type == "Fused" for o in n.output
+                 if o in kernel_us}
+        return NodeProfile(times, {k: "Fused" for k in times}, sum(times.values()))
+
+    monkeypatch.setattr(api, "profile_nodes", fake)
 
 
 def test_slower_below_the_floor_whatever_the_spread() -> None:
@@ -78,12 +97,25 @@ def test_stages_leave_kernels_to_onnxruntime_until_not_slower(tmp_path: Path,
     # first the kernel feeding the Conv goes, then the model measures faster and the other kernel stays
     assert calls == [2, 1]
     assert [k.source_ops for k in res.kernels] == [("Transpose", "Sigmoid", "Add")]
-    assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[0][1], 1)]
+    assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[1][1], 1)]
     rejected = {r.node: r.reason for r in res.plan.rejected}
     assert "never-slower guard" in rejected["neg"] and "0.800x" in rejected["neg"]
     assert "left kernels whose outputs feed" in str(res.guard)
     report = (tmp_path / "r.json").read_text()
     assert '"dropped"' in report and "0.800x" in report
+
+
+def test_a_kernel_slower_than_the_nodes_it_replaces_goes_first(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # onnxruntime's profiler: the Neg+Abs kernel takes 25 us where its two nodes took 10 us each; the
+    # Transpose+Sigmoid+Add kernel 5 us for three nodes. Only the first goes back to onnxruntime.
+    calls = _scripted(monkeypatch, [0.9, 1.2])
+    _profiled(monkeypatch, {"b": 25.0, "y": 5.0})
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True)
+    assert calls == [2, 1]
+    assert [k.source_ops for k in res.kernels] == [("Transpose", "Sigmoid", "Add")]
+    assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[0][1], 1)]
+    assert "kernels slower than the nodes they replace" in str(res.guard)
 
 
 def test_always_slower_ends_with_the_original_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
