@@ -74,8 +74,13 @@ def _template(name: str) -> Template:
 
 
 # -- pieces: splitting loops at Concat boundaries ---------------------------------------------------------
-def _split_points(e: Expr, vars_: Sequence[Var]) -> dict[Var, set[Poly]]:
-    """Loop positions where a select on a single loop index changes branch."""
+def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = ()) -> dict[Var, set[Poly]]:
+    """Loop positions where a select on a single loop index changes branch.
+
+    A condition may also name the `unrolled` axes (the small last axis, unrolled per element): it is taken at each
+    of their values. And its loop index may sit inside a remainder, `fmod(v + k, n)` with constants k and n (a
+    Concat of coordinates read through a flattened index): the wrap points (v + k crossing 0 or n) split too, and
+    the comparison's point is taken on each side of the wrap."""
     out: dict[Var, set[Poly]] = {}
     comparisons: list[Op] = []
     for x in walk(e):
@@ -87,26 +92,62 @@ def _split_points(e: Expr, vars_: Sequence[Var]) -> dict[Var, set[Poly]]:
                     stack.extend(c.args)
                 elif isinstance(c, Op):
                     comparisons.append(c)
+    small = [u for u in unrolled if u.extent.const is not None]
+    values = list(itertools.product(*(range(int(u.extent.const or 0)) for u in small)))
+    if len(values) > MAX_UNROLL_COMBOS:
+        values = [()]
+        small = []
     for cond in comparisons:
         if cond.op not in COMPARE or not all(isinstance(a, IndexVal | Const) for a in cond.args):
             continue
-        diff = _index(cond.args[0]) - _index(cond.args[1])
-        vs = [v for v in vars_ if v in diff.atoms()]
-        if len(vs) != 1:
-            continue
-        v = vs[0]
-        coeff = diff.coefficient(v)
-        if coeff is None or coeff.const not in (1, -1):
-            continue
+        diff0 = _index(cond.args[0]) - _index(cond.args[1])
+        for vals in values:
+            diff = subs(diff0, dict(zip(small, (Poly.of(c) for c in vals)))) if small else diff0
+            for v, point, coeff in _linear_points(diff, vars_):
+                shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff == 1 else (
+                    {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
+                out.setdefault(v, set()).add(point + shift)
+                if cond.op == "eq":
+                    out[v].add(point + 1)
+    return out
+
+
+# Combinations of unrolled values a select's condition is taken at (`_split_points`).
+MAX_UNROLL_COMBOS = 64
+
+
+def _linear_points(diff: Poly, vars_: Sequence[Var]) -> list[tuple[Var, Poly, int]]:
+    """(v, point, coefficient) where `diff`, linear in one loop variable v with coefficient +-1 (or with v inside
+    one `fmod(v + k, n)` of constants, either side of its wrap), is zero; [] otherwise."""
+    vs = [v for v in vars_ if v in diff.atoms()]
+    if len(vs) != 1:
+        return []
+    v = vs[0]
+    coeff = diff.coefficient(v)
+    if coeff is not None and coeff.const in (1, -1):
         rest = diff - Poly.of(v) * coeff.const
         if rest.vars():
-            continue
-        point = -rest if coeff.const == 1 else rest  # where v + rest == 0
-        shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff.const == 1 else (
-            {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
-        out.setdefault(v, set()).add(point + shift)
-        if cond.op == "eq":
-            out[v].add(point + 1)
+            return []
+        return [(v, -rest if coeff.const == 1 else rest, coeff.const)]
+    mods = [a for a in diff.atoms() if isinstance(a, Mod) and v in a.num.atoms()]
+    if len(mods) != 1 or mods[0].den.const is None or mods[0].den.const <= 0:
+        return []
+    m = mods[0]
+    n = m.den.const
+    inner = m.num.coefficient(v)
+    k = m.num - Poly.of(v) * (inner.const if inner is not None and inner.const is not None else 0)
+    c = diff.coefficient(m)
+    if n is None or inner is None or inner.const != 1 or k.const is None or c is None or c.const not in (1, -1):
+        return []
+    rest = diff - Poly.of(m) * c.const
+    if rest.vars() or rest.const is None:
+        return []
+    kc, cc, rc = k.const, int(c.const), rest.const
+    out: list[tuple[Var, Poly, int]] = []
+    for wrap in range(-1, 2):  # fmod(v + k, n) = v + k - wrap*n between the wrap points
+        # c*(v + k - wrap*n) + rest == 0
+        out.append((v, Poly.of(wrap * n - kc - cc * rc), cc))
+        out.append((v, Poly.of(wrap * n - kc), 1))  # where v + k crosses wrap*n (a boundary, "ge" side)
     return out
 
 
@@ -150,7 +191,9 @@ class _Piece:
 
 def _pieces(o: KernelOutput) -> list[_Piece]:
     vars_ = [a for p in o.index if (a := p.atom()) is not None and isinstance(a, Var)]
-    points = _split_points(o.expr, vars_)
+    unrolled = [a for k, p in enumerate(o.index) if isinstance(a := p.atom(), Var)
+                and (n := o.shape[k].const) is not None and n <= MAX_UNROLL]
+    points = _split_points(o.expr, vars_, unrolled)
     per_axis: list[list[tuple[Poly, Poly]]] = []
     for k, p in enumerate(o.index):
         v = p.atom()
