@@ -8,7 +8,6 @@ two's-complement arithmetic does, instead of C's undefined behaviour.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -200,6 +199,19 @@ def _check_range(v: int, dtype: str) -> None:
         raise InternalError(f"integer literal {v} does not fit {dtype}")
 
 
+def _decimal(v: float, dtype: str) -> str:
+    """The shortest decimal literal that reads back as `v` in `dtype` (float32: numpy's shortest unique digits,
+    which a C compiler rounds to the same float; float64: Python's repr), positional for ordinary magnitudes."""
+    if dtype == "float32":
+        f = np.float32(v)
+        plain = v == 0 or 1e-4 <= abs(float(f)) < 1e7
+        text = (np.format_float_positional(f, unique=True, trim="0") if plain
+                else np.format_float_scientific(f, unique=True, trim="-"))
+        return f"{text}f"
+    text = repr(float(v))
+    return text if any(ch in text for ch in ".e") else f"{text}.0"
+
+
 def print_const(value: float | int | bool, dtype: str) -> str:
     if dtype in FLOATS:
         v = float(value)
@@ -208,10 +220,7 @@ def print_const(value: float | int | bool, dtype: str) -> str:
             return f"(({t})NAN)"
         if math.isinf(v):
             return f"(({t})INFINITY)" if v > 0 else f"(-({t})INFINITY)"
-        if dtype == "float32":
-            v = struct.unpack("f", struct.pack("f", v))[0]
-            return f"{v.hex()}f"
-        return v.hex()
+        return _decimal(v, dtype)
     if dtype == "bool":
         return "1" if value else "0"
     v = int(value)
@@ -290,7 +299,7 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
             return f"evo_f2{SUFFIX[e.dtype]}({a[0]})"  # defined out of range (kernels/templates/helpers.h)
         return f"(({t}){a[0]})"
     if op == "neg":
-        # "- x", not "-x": a literal -0x0.0p+0f after a bare minus would read as the decrement operator
+        # "- x", not "-x": a literal -0.0f after a bare minus would read as the decrement operator
         return f"(({t})(-({UTYPE[src]}){a[0]}))" if src in SIGNED else f"(- {a[0]})"
     if op in ("abs", "relu", "sign"):
         return f"evo_{op}_{s}({a[0]})"
