@@ -6,62 +6,55 @@ unrolled and its elements share common subexpressions; the axis before it is the
 constant strides that gcc vectorises. The outer axes and the inner loop are flattened into one range that
 `evo_run` splits into tasks on onnxruntime's thread pool. The (output, piece) pairs whose loops are the same share
 one task function, and with it their temporaries: a chain feeding several outputs is computed once per element.
+The pieces, loops and temporaries are worked out by `schedule`, which the CUDA printer shares; this module prints.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
 from evonnx.expr import (
-    COMPARE,
     ONNX_CODE,
-    Const,
     Expr,
-    IndexVal,
-    Load,
     Op,
-    Reduce,
-    TableLoad,
     ValueTable,
-    children,
-    free_vars,
     substitute,
     walk,
 )
 from evonnx.index import (
     SIZE_MAX,
-    Atom,
     FloorDiv,
-    Lookup,
-    Max,
-    Min,
     Mod,
     Poly,
-    PolyLike,
     Sym,
     Table,
     Var,
-    floordiv,
-    is_le,
     subs,
-    var,
 )
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
+from evonnx.kernels.schedule import (
+    MAX_UNROLL,
+    Piece,
+    loop_var,
+    nonempty_view,
+    piece_loops,
+    pieces,
+    polys,
+    prod,
+    tables_in,
+    temporaries,
+)
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
 _TEMPLATES = Path(__file__).with_name("templates")
-MAX_UNROLL = 8
-MAX_PIECES = 64
 MAX_TASK_PARTS = 16  # (output, piece) pairs one task function computes at most
-_MAX_DEPTH = 12  # operations in one C expression before a temporary
 
 
 def _helpers() -> str:
@@ -74,139 +67,6 @@ def _template(name: str) -> Template:
 
 
 # -- pieces: splitting loops at Concat boundaries ---------------------------------------------------------
-def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = ()) -> dict[Var, set[Poly]]:
-    """Loop positions where a select on a single loop index changes branch.
-
-    A condition may also name the `unrolled` axes (the small last axis, unrolled per element): it is taken at each
-    of their values. And its loop index may sit inside a remainder, `fmod(v + k, n)` with constants k and n (a
-    Concat of coordinates read through a flattened index): the wrap points (v + k crossing 0 or n) split too, and
-    the comparison's point is taken on each side of the wrap."""
-    out: dict[Var, set[Poly]] = {}
-    comparisons: list[Op] = []
-    for x in walk(e):
-        if isinstance(x, Op) and x.op == "where" and isinstance(x.args[0], Op):
-            stack: list[Expr] = [x.args[0]]
-            while stack:
-                c = stack.pop()
-                if isinstance(c, Op) and c.op == "and":
-                    stack.extend(c.args)
-                elif isinstance(c, Op):
-                    comparisons.append(c)
-    small = [u for u in unrolled if u.extent.const is not None]
-    values = list(itertools.product(*(range(int(u.extent.const or 0)) for u in small)))
-    if len(values) > MAX_UNROLL_COMBOS:
-        values = [()]
-        small = []
-    for cond in comparisons:
-        if cond.op not in COMPARE or not all(isinstance(a, IndexVal | Const) for a in cond.args):
-            continue
-        diff0 = _index(cond.args[0]) - _index(cond.args[1])
-        for vals in values:
-            diff = subs(diff0, dict(zip(small, (Poly.of(c) for c in vals)))) if small else diff0
-            for v, point, coeff in _linear_points(diff, vars_):
-                shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff == 1 else (
-                    {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
-                out.setdefault(v, set()).add(point + shift)
-                if cond.op == "eq":
-                    out[v].add(point + 1)
-    return out
-
-
-# Combinations of unrolled values a select's condition is taken at (`_split_points`).
-MAX_UNROLL_COMBOS = 64
-
-
-def _linear_points(diff: Poly, vars_: Sequence[Var]) -> list[tuple[Var, Poly, int]]:
-    """(v, point, coefficient) where `diff`, linear in one loop variable v with coefficient +-1 (or with v inside
-    one `fmod(v + k, n)` of constants, either side of its wrap), is zero; [] otherwise."""
-    vs = [v for v in vars_ if v in diff.atoms()]
-    if len(vs) != 1:
-        return []
-    v = vs[0]
-    coeff = diff.coefficient(v)
-    if coeff is not None and coeff.const in (1, -1):
-        rest = diff - Poly.of(v) * coeff.const
-        if rest.vars():
-            return []
-        return [(v, -rest if coeff.const == 1 else rest, coeff.const)]
-    mods = [a for a in diff.atoms() if isinstance(a, Mod) and v in a.num.atoms()]
-    if len(mods) != 1 or mods[0].den.const is None or mods[0].den.const <= 0:
-        return []
-    m = mods[0]
-    n = m.den.const
-    inner = m.num.coefficient(v)
-    k = m.num - Poly.of(v) * (inner.const if inner is not None and inner.const is not None else 0)
-    c = diff.coefficient(m)
-    if n is None or inner is None or inner.const != 1 or k.const is None or c is None or c.const not in (1, -1):
-        return []
-    rest = diff - Poly.of(m) * c.const
-    if rest.vars() or rest.const is None:
-        return []
-    kc, cc, rc = k.const, int(c.const), rest.const
-    out: list[tuple[Var, Poly, int]] = []
-    for wrap in range(-1, 2):  # fmod(v + k, n) = v + k - wrap*n between the wrap points
-        # c*(v + k - wrap*n) + rest == 0
-        out.append((v, Poly.of(wrap * n - kc - cc * rc), cc))
-        out.append((v, Poly.of(wrap * n - kc), 1))  # where v + k crosses wrap*n (a boundary, "ge" side)
-    return out
-
-
-def _index(e: Expr) -> Poly:
-    return e.poly if isinstance(e, IndexVal) else Poly.of(int(e.value))  # type: ignore[attr-defined]
-
-
-def _intervals(v: Var, points: set[Poly]) -> list[tuple[Poly, Poly]]:
-    inside = [p for p in points if is_le(0, p) and is_le(p, v.extent) and p.const != 0 and p != v.extent]
-    try:
-        ordered = sorted(set(inside), key=lambda p: _Order(p))
-    except _Unordered:
-        return [(Poly(), v.extent)]
-    bounds = [Poly()] + ordered + [v.extent]
-    return [(a, b) for a, b in zip(bounds, bounds[1:]) if a != b]
-
-
-class _Unordered(Exception):
-    pass
-
-
-class _Order:
-    def __init__(self, p: Poly):
-        self.p = p
-
-    def __lt__(self, other: _Order) -> bool:
-        # Not strictly: Concat parts can be empty (sizes may be 0), and an empty piece runs no iteration. (Asking
-        # for p + 1 <= q kept every symbolic Concat in one piece since proofs take sizes >= 0: yolo_decode then
-        # divided per element, 8x slower.)
-        if self.p != other.p and is_le(self.p, other.p):
-            return True
-        if is_le(other.p, self.p):
-            return False
-        raise _Unordered
-
-
-@dataclass
-class _Piece:
-    ranges: tuple[tuple[Poly, Poly], ...]  # per original axis: [lo, hi)
-
-
-def _pieces(o: KernelOutput) -> list[_Piece]:
-    vars_ = [a for p in o.index if (a := p.atom()) is not None and isinstance(a, Var)]
-    unrolled = [a for k, p in enumerate(o.index) if isinstance(a := p.atom(), Var)
-                and (n := o.shape[k].const) is not None and n <= MAX_UNROLL]
-    points = _split_points(o.expr, vars_, unrolled)
-    per_axis: list[list[tuple[Poly, Poly]]] = []
-    for k, p in enumerate(o.index):
-        v = p.atom()
-        n = o.shape[k].const
-        small = n is not None and n <= MAX_UNROLL  # unrolled instead
-        if isinstance(v, Var) and v in points and not small:
-            per_axis.append(_intervals(v, points[v]))
-        else:
-            per_axis.append([(Poly(), o.shape[k])])
-    combos = list(itertools.product(*per_axis))
-    if len(combos) > MAX_PIECES:
-        combos = [tuple((Poly(), d) for d in o.shape)]
-    return [_Piece(tuple(c)) for c in combos]
 
 
 # -- one task function per loop nest (the outputs' pieces that share it) ---------------------------------------
@@ -221,7 +81,7 @@ class _Kernel:
             for d in o.shape:
                 syms |= d.syms()
             for x in walk(o.expr):
-                for p in _polys(x):
+                for p in polys(x):
                     syms |= p.syms()
         for c in spec.checks:
             syms |= c.lhs.syms() | c.rhs.syms() | (c.unless.syms() if c.unless is not None else set())
@@ -253,12 +113,12 @@ class _Kernel:
         iteration space (a kernel's outputs along a chain, the parts of a Concat) share a loop and its temporaries,
         so a chain that feeds several outputs is computed once per element, and gcc compiles one loop, not one per
         output (their code and compile time grew with the square of such chains)."""
-        tasks: dict[tuple[Poly, ...], list[tuple[int, KernelOutput, int, _Piece, Expr, Poly]]] = {}
+        tasks: dict[tuple[Poly, ...], list[tuple[int, KernelOutput, int, Piece, Expr, Poly]]] = {}
         loops_of: dict[tuple[Poly, ...], list[Poly]] = {}
         for oi, o in enumerate(outputs):
             o = nonempty_view(o)
             out_view = View.dense(o.shape)
-            for pi, piece in enumerate(_pieces(o)):
+            for pi, piece in enumerate(pieces(o)):
                 loops, expr, pos = piece_loops(o, piece.ranges, out_view)
                 key = tuple(loops)
                 group = tasks.setdefault(key, [])
@@ -270,7 +130,7 @@ class _Kernel:
         for key, members in tasks.items():
             self._add_task(list(loops_of[key]), members)
 
-    def _add_task(self, loops: list[Poly], members: list[tuple[int, KernelOutput, int, _Piece, Expr, Poly]]) -> None:
+    def _add_task(self, loops: list[Poly], members: list[tuple[int, KernelOutput, int, Piece, Expr, Poly]]) -> None:
         exts = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
         unroll = None
         if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
@@ -296,11 +156,11 @@ class _Kernel:
         for _, e in roots:
             self.collect_tables(e)
         names = Names(cvars, self.sym_names, self.tables)
-        row_body, body = _body(roots, targets, names, _loop_var(inner) if inner is not None else None)
+        row_body, body = _body(roots, targets, names, loop_var(inner) if inner is not None else None)
         fname = f"{self.spec.name}_task{len(self.runs)}"
         rng = len(self.runs)
         unravel, advance = _odometer(outer_ext, names)
-        looped = [_loop_var(lp) for lp in outer + ([inner] if inner is not None else [])]
+        looped = [loop_var(lp) for lp in outer + ([inner] if inner is not None else [])]
         parts = "; ".join(f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
                           + ")" for oi, o, pi, piece, _, _ in members)
         note = parts + "; loops " + " ".join(f"{cvars[v]}<{v.extent}" for v in looped) + (
@@ -309,7 +169,7 @@ class _Kernel:
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
             range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,
             body=body, row_body=row_body, advance=advance))
-        total = print_poly(_prod(outer_ext + [inner_ext]), names)
+        total = print_poly(prod(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
 
@@ -325,118 +185,6 @@ class _Kernel:
         for s, n in self.sym_names.items():
             lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
         return "\n".join(lines)
-
-
-def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
-                out_view: View) -> tuple[list[Poly], Expr, Poly]:
-    """The loops of one piece, outermost first, with the element expression and the store position in their
-    terms: one loop per axis of extent > 1, then split where the expression divides them (`_split_axes`).
-    Shared by the CPU and CUDA generators."""
-    loops: list[Poly] = []
-    mapping: dict[Atom, Poly] = {}
-    for k, p in enumerate(o.index):
-        v = p.atom()
-        if not isinstance(v, Var):
-            continue
-        lo, hi = ranges[k]
-        nv = var(f"a{k}", hi - lo)
-        mapping[v] = nv + lo
-        if nv.atom() is not None:
-            loops.append(nv)
-    expr = substitute(o.expr, mapping)
-    pos = subs(out_view.index(o.index), mapping)
-    return _split_axes(loops, expr, pos)
-
-
-def nonempty_view(o: KernelOutput) -> KernelOutput:
-    """`o` as its loops see it: with the `_nonempty_facts` folded into its shape and expression. Where every size
-    symbol among its dims is at least 1 these are its real shape and values; where one is 0, so is the product of
-    the folded dims (that symbol is one of them), and no loop runs."""
-    facts = _nonempty_facts(o, o.expr, Poly())
-    if not facts:
-        return o
-    shape = tuple(subs(d, facts) for d in o.shape)
-    # the loop variables get the folded extents too (their bounds simplify the reads: min(i, 5) with i < 6 is i)
-    index = tuple(var(f"i{k}", d) if isinstance(p.atom(), Var) else p for k, (p, d) in enumerate(zip(o.index, shape)))
-    renamed: dict[Atom, PolyLike] = {a: q for p, q in zip(o.index, index) if isinstance(a := p.atom(), Var)}
-    return replace(o, shape=shape, index=index, expr=substitute(substitute(o.expr, facts), renamed))
-
-
-def _nonempty_facts(o: KernelOutput, expr: Expr, pos: Poly) -> dict[Atom, Poly]:
-    """`min(P, 1)` atoms that are 1 wherever an element of `o` is computed: a piece runs only when the output is
-    not empty, so each symbol that is an output dim is at least 1 there, and so is a sum of products of them with
-    coefficients >= 1. (onnxruntime's shapes for empty reductions, lower_ops._empty_quirk, hold such atoms; in the
-    loops they fold away and leave the plain index.)"""
-    positive = {a for d in o.shape if isinstance(a := d.atom(), Sym)}
-    if not positive:
-        return {}
-    found: dict[Atom, Poly] = {}
-    seen: set[Atom] = set()
-
-    def at_least_one(p: Poly) -> bool:
-        return bool(p.terms) and all(c >= 1 and all(a in positive for a in mono) for mono, c in p.terms)
-
-    def visit(p: Poly) -> None:
-        for mono, _ in p.terms:
-            for a in mono:
-                if a in seen:
-                    continue
-                seen.add(a)
-                if isinstance(a, (Min, Max)):
-                    if isinstance(a, Min) and ((a.b.const == 1 and at_least_one(a.a)) or
-                                               (a.a.const == 1 and at_least_one(a.b))):
-                        found[a] = Poly.of(1)
-                    visit(a.a)
-                    visit(a.b)
-                elif isinstance(a, (FloorDiv, Mod)):
-                    visit(a.num)
-                    visit(a.den)
-                elif isinstance(a, Var):
-                    visit(a.extent)
-                elif isinstance(a, Lookup):
-                    visit(a.index)
-
-    for x in walk(expr):
-        for p in _polys(x):  # a Reduce's var (its extent) among them
-            visit(p)
-    visit(pos)
-    for d in o.shape:
-        visit(d)
-    return found
-
-
-def tables_in(e: Expr) -> Iterator[Table | ValueTable]:
-    """The constant tables `e` reads: value tables and index lookup tables (shared by both generators)."""
-    for x in walk(e):
-        if isinstance(x, TableLoad):
-            yield x.table
-        for p in _polys(x):
-            for a in p.atoms():
-                if isinstance(a, Lookup):
-                    yield a.table
-
-
-def _loop_var(p: Poly) -> Var:
-    v = p.atom()
-    assert isinstance(v, Var), p
-    return v
-
-
-def _prod(ps: Sequence[Poly]) -> Poly:
-    out = Poly.of(1)
-    for p in ps:
-        out = out * p
-    return out
-
-
-def _polys(x: Expr) -> list[Poly]:
-    if isinstance(x, (Load, TableLoad)):
-        return [x.index]
-    if isinstance(x, IndexVal):
-        return [x.poly]
-    if isinstance(x, Reduce):
-        return [x.var]  # its extent
-    return []
 
 
 def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:
@@ -467,99 +215,6 @@ def _odometer(outer_ext: Sequence[Poly], names: Names) -> tuple[str, str]:
             adv.append(f"{indent}if (++o{k} == {print_poly(outer_ext[k], names)}) {{\n{indent}    o{k} = 0;")
     close = "".join("\n        " + "    " * d + "}" for d in range(n - 2, -1, -1))
     return "\n".join(un), "\n".join(adv) + close
-
-
-def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], Expr, Poly]:
-    """Split a loop variable v into (q, r) with v = q*D + r wherever the expression takes fdiv(v, D) or
-    fmod(v, D) and D divides v's extent: the division disappears from the inner loop, and a small r (3 anchors,
-    4 coordinates) can be unrolled. This undoes the flattening of Reshape/Flatten back into nested loops."""
-    for _ in range(16):
-        found = None
-        for x in walk(expr):
-            for p in _polys(x):
-                for a in p.atoms():
-                    if isinstance(a, (FloorDiv, Mod)):
-                        v = a.num.atom()
-                        if isinstance(v, Var) and Poly.of(v) in loops and a.den.const != 1:
-                            q = floordiv(v.extent, a.den)
-                            if q * a.den == v.extent and not isinstance(q.atom(), FloorDiv):
-                                found = (v, a.den, q)
-                                break
-                if found:
-                    break
-            if found:
-                break
-        if found is None:
-            return loops, expr, pos
-        v, d, q = found
-        k = loops.index(Poly.of(v))
-        qv, rv = var(f"{v.name}q", q), var(f"{v.name}r", d)
-        m: dict[Atom, Poly] = {v: qv * d + rv}
-        expr, pos = substitute(expr, m), subs(pos, m)
-        loops = loops[:k] + [x for x in (qv, rv) if x.atom() is not None] + loops[k + 1:]
-    return loops, expr, pos
-
-
-def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[tuple[Expr, bool]]:
-    """Which subexpressions of the roots become temporaries, in an order that defines each before its use, and
-    whether each is computed once per row (True: it does not depend on the inner loop variable `inner`).
-
-    Subexpressions used more than once become temporaries, and, with an inner loop, so do those that do not depend
-    on it (a row-wise reduction feeding every element of its row is computed once per row, not per element).
-    Nodes reached only through a guarded select branch are never hoisted: they may read out of range when not
-    taken; nothing that depends on a reduction's own variable leaves that reduction, and what inside a reduction
-    does not depend on it is computed before its loop. Shared by the CPU and CUDA generators."""
-    uses: dict[Expr, int] = {}
-    seen: set[Expr] = set()
-    fv: dict[Expr, frozenset[Atom]] = {}
-
-    def count(x: Expr, guarded: bool, bound: frozenset[Atom], selected: bool = False) -> None:
-        if guarded or (bound and free_vars(x, fv) & bound):
-            if isinstance(x, Op):
-                for k, a in enumerate(x.args):
-                    count(a, True if guarded else (x.attr == "guard" and k > 0), bound,
-                          selected or (x.op == "where" and k > 0))
-            elif isinstance(x, Reduce) and not guarded:
-                count(x.body, False, bound | {x.bound()}, selected)
-            return
-        uses[x] = uses.get(x, 0) + 1
-        if selected and isinstance(x, (Load, TableLoad)):
-            # a read under an unguarded select (Where) is in range either way: read it unconditionally, so that gcc
-            # blends two vectors instead of emitting masked loads, which gcc 12.2 miscompiles at -O3 with AVX2 for
-            # strided loads under a byte mask (Where(bool, uint32, 0) over a row of 6 went wrong at 16+ rows)
-            uses[x] = max(uses[x], 2)
-        if bound and isinstance(x, (Reduce, Op)):
-            # inside a reduction but independent of its variable: compute it once, before the reduction's loop
-            # (gcc does not move whole loops such as a softmax's row sum out of an enclosing loop)
-            uses[x] = max(uses[x], 2)
-        if uses[x] > 1 and x in seen:
-            return
-        seen.add(x)
-        if isinstance(x, Op):
-            for k, a in enumerate(x.args):
-                count(a, x.attr == "guard" and k > 0, bound,
-                      selected or (x.op == "where" and x.attr != "guard" and k > 0))
-        elif isinstance(x, Reduce):
-            count(x.body, False, bound | {x.bound()}, selected)
-
-    for _, e in roots:
-        count(e, False, frozenset())
-    order: list[Expr] = []
-    for _, e in roots:
-        order.extend(walk(e))
-    out: list[tuple[Expr, bool]] = []
-    depth: dict[Expr, int] = {}
-    for x in dict.fromkeys(order):
-        # a long chain (a = a*c + d, a thousand times) is cut into statements every _MAX_DEPTH operations: the
-        # source stays readable and gcc's time stays linear in its length
-        depth[x] = 0 if x in uses and uses[x] > 1 else 1 + max((depth[a] for a in children(x)), default=0)
-        if x not in uses or not isinstance(x, (Op, Load, TableLoad, Reduce)):
-            continue
-        invariant = inner is not None and inner not in free_vars(x, fv)
-        if uses[x] > 1 or invariant or (depth[x] >= _MAX_DEPTH and isinstance(x, Op)):
-            out.append((x, invariant))
-            depth[x] = 0
-    return out
 
 
 def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], names: Names,
@@ -612,7 +267,6 @@ def bind_symbols(spec: KernelSpec, syms: Sequence[Sym],
         raise ValueError(f"kernel {spec.name}: size symbols {missing} are bound by no input")
     return binding, "\n".join(f"    const int64_t {sym_names[s]} = in_dims[{binding[s][0]}][{binding[s][1]}];"
                               for s in syms)
-
 
 
 _LOCAL = re.compile(r"^ {4,}(?:const )?[A-Za-z_][A-Za-z0-9_]*(?: \*restrict | \*const \*| \*| )"

@@ -1,6 +1,6 @@
 """CUDA code generation: device code (one .cu per model) and the host-side launch plans (plain C).
 
-The iteration space of each output is split into the same *pieces* as the CPU kernels (`codegen_c._pieces`:
+The iteration space of each output is split into the same *pieces* as the CPU kernels (`codegen_c.pieces`:
 loops split at Concat boundaries, a small last axis unrolled with its elements sharing subexpressions). Each
 piece becomes one `__global__` function running a grid-stride loop over its flattened work items, innermost axis
 fastest: consecutive threads compute consecutive rows, so a warp's stores are contiguous (coalesced) whenever
@@ -35,22 +35,10 @@ from string import Template
 
 from evonnx.expr import Expr, ValueTable, substitute, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, is_nonneg, subs
-from evonnx.kernels.codegen_c import (
-    MAX_UNROLL,
-    _helpers,
-    _Kernel,
-    _pieces,
-    _polys,
-    _prod,
-    bind_symbols,
-    node_list,
-    nonempty_view,
-    piece_loops,
-    tables_in,
-    temporaries,
-)
+from evonnx.kernels.codegen_c import _helpers, _Kernel, bind_symbols, node_list
 from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
+from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, prod, tables_in, temporaries
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
 
@@ -88,7 +76,7 @@ class _CudaKernel:
         for oi, o in enumerate(spec.outputs):
             o = nonempty_view(o)
             out_view = View.dense(o.shape)
-            for pi, piece in enumerate(_pieces(o)):
+            for pi, piece in enumerate(pieces(o)):
                 self._add_piece(oi, o, pi, piece.ranges, out_view)
 
     # -- constant tables live in device global memory (read through the read-only cache) ---------------
@@ -113,7 +101,7 @@ class _CudaKernel:
     def _add_piece(self, oi: int, o: KernelOutput, pi: int, ranges: tuple[tuple[Poly, Poly], ...],
                    out_view: View) -> None:
         # The loops of the piece as the CPU generator builds them: one per axis of extent > 1, split where the
-        # expression divides them (codegen_c._split_axes: a flattened Reshape becomes nested loops again, so the
+        # expression divides them (schedule._split_axes: a flattened Reshape becomes nested loops again, so the
         # per-element fdiv/fmod disappear); a small last loop is unrolled, the rest flattened into work items.
         loops, expr, pos = piece_loops(o, ranges, out_view)
         exts: list[Poly] = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
@@ -132,7 +120,7 @@ class _CudaKernel:
             self._collect_tables(e)
         names = Names(cvars, self.sym_names, self.tables, index_type="I")
         fname = f"{self.spec.name}_o{oi}_p{pi}"
-        total = _prod(exts)
+        total = prod(exts)
         note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in ranges) + "), work items " + " x ".join(
             f"{cvars[lp.atom()]}<{e}" for lp, e in zip(loops, exts, strict=True))  # type: ignore[index]
         if isinstance(unroll, Var):
@@ -147,7 +135,7 @@ class _CudaKernel:
         for p_, e in roots:
             bounded.append(p_)
             for x in walk(e):
-                bounded.extend(_polys(x))
+                bounded.extend(polys(x))
         self.pieces.append(_CudaPiece(fname, device, total, tuple(_nested(bounded))))
 
     def _params(self) -> tuple[str, str]:
@@ -240,7 +228,7 @@ def _unravel(n: int) -> str:
 
 
 def _body(roots: Sequence[tuple[Poly, Expr]], names: Names, oi: int, dtype: str) -> str:
-    """Statements computing every root, with the CPU generator's temporaries (`codegen_c.temporaries`), then
+    """Statements computing every root, with the CPU generator's temporaries (`schedule.temporaries`), then
     the stores, vectorised when the roots are consecutive and fill a vector type."""
     temps: dict[Expr, str] = {}
     lines: list[str] = []

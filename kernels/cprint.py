@@ -280,7 +280,7 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     if op in ("eq", "lt", "le", "gt", "ge"):
         return f"({a[0]} {({'eq': '==', 'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>='})[op]} {a[1]})"
     # And/Or evaluate both sides, as ONNX does: a short-circuit `&&` puts the right side's reads under a condition,
-    # which gcc may if-convert into masked loads (gcc 12.2 miscompiles those, see codegen_c.temporaries). Every
+    # which gcc may if-convert into masked loads (gcc 12.2 miscompiles those, see schedule.temporaries). Every
     # operand is in range without the other, so reading it unconditionally is safe.
     if op == "and":
         return f"((({a[0]}) != 0) & (({a[1]}) != 0))"

@@ -836,7 +836,7 @@ def _tabled_write(op: str, data: Lazy, upd: Lazy, targets: np.ndarray, axes: Seq
         for r, t in enumerate(write_t):
             cond = E.binary("and", inside, E.binary("gt", IndexVal(count), IndexVal(Poly.of(r))))
             # not a guarded select: every table entry names a real update (0 where the slot is not written) and
-            # the slot is clamped, so both sides are in range and the reads need no mask (see codegen_c.temporaries)
+            # the slot is clamped, so both sides are in range and the reads need no mask (see schedule.temporaries)
             value = E.where(cond, _combine(reduction, value, upd.fn(upd_index(lookup(t, slot), idx))), value)
         return value
 

@@ -271,7 +271,7 @@ def test_pieces_split_at_selects_through_unrolled_axes_and_remainders() -> None:
     # bboxes kernel went from 1.37 ms to 0.73 ms).
     from evonnx.expr import Load, binary, const, index_val, where
     from evonnx.index import Poly, mod, var
-    from evonnx.kernels.codegen_c import _pieces
+    from evonnx.kernels.schedule import pieces
     from evonnx.records import KernelOutput
 
     i1, i2 = var("i1", 100), var("i2", 4)
@@ -279,7 +279,7 @@ def test_pieces_split_at_selects_through_unrolled_axes_and_remainders() -> None:
     cond = binary("lt", index_val(pos), const(60, "int64"))
     e = where(cond, Load(0, pos, "float32"), Load(1, pos, "float32"))
     o = KernelOutput("y", "float32", (Poly.of(100), Poly.of(4)), (i1, i2), e, ())
-    bounds = sorted({(int(r[0][0].const), int(r[0][1].const)) for r in (p.ranges for p in _pieces(o))})
+    bounds = sorted({(int(r[0][0].const), int(r[0][1].const)) for r in (p.ranges for p in pieces(o))})
     starts = {a for a, _ in bounds}
     # branch changes at i1 + i2 - 1 == 60 (i1 = 61, 60, 59, 58 for i2 = 0..3) and wraps at i1 = 1 (i2 = 0) and
     # i1 = 99, 98 (i2 = 2, 3)
