@@ -9,7 +9,7 @@ the first consumer that constrains it:
 - Slice starts/ends (around the axis), axes (distinct, in range), steps (non-zero);
 - a shape (Reshape, Expand: the data's own shape; ConstantOfShape: small), Tile repeats, Split sizes (summing to
   the axis), TopK's k, Range's start/limit/delta, Pad's pads, reduction axes;
-- an integer divisor (Div, Mod): non-zero.
+- an integer divisor (Div, Mod): non-zero and never -1 (onnxruntime traps on the type's minimum over -1).
 Other integers get small non-negative values. Dims of the data are ONNX shape inference's at the concrete
 input shapes; where it cannot tell, the smallest input dim stands in.
 
@@ -223,8 +223,10 @@ def _int_values(n: onnx.NodeProto, k: int, shape: Sequence[int], dtype: np.dtype
             rank += count
         return rng.permutation(rank)[:count].reshape(shape).astype(dtype) if count <= rank else None
     if op in ("Div", "Mod"):
-        vals = rng.integers(1, 8, size=shape) * rng.choice(np.array([1, -1]), size=shape)
-        return np.asarray(vals, dtype)
+        # non-zero, both signs, never -1: onnxruntime's integer Div of INT64_MIN (or the type's minimum) by -1
+        # traps the whole process with SIGFPE, and the check runs the original model in evonnx's own process
+        choices = np.array([1, 2, 3, 4, 5, 6, 7, -2, -3, -4, -5, -6, -7])
+        return np.asarray(rng.choice(choices, size=shape), dtype)
     return None
 
 
