@@ -9,6 +9,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from evonnx.errors import InternalError
 from evonnx.expr import (
     COMPARE,
     Const,
@@ -81,7 +82,12 @@ def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = ()) -
             continue
         diff0 = _index(cond.args[0]) - _index(cond.args[1])
         for vals in values:
-            diff = subs(diff0, dict(zip(small, (Poly.of(c) for c in vals)))) if small else diff0
+            try:
+                diff = subs(diff0, dict(zip(small, (Poly.of(c) for c in vals)))) if small else diff0
+            except (InternalError, ZeroDivisionError):
+                # the condition reads out of range at this value (a table position, a divisor of 0): it sits in a
+                # branch not taken there, and says nothing about where to split
+                continue
             for v, point, coeff in _linear_points(diff, vars_):
                 shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff == 1 else (
                     {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])

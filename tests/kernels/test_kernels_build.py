@@ -286,3 +286,22 @@ def test_pieces_split_at_selects_through_unrolled_axes_and_remainders() -> None:
     assert {58, 59, 60, 61, 1, 98, 99} <= starts, bounds
     assert bounds[0][0] == 0 and bounds[-1][1] == 100 and all(a < b for a, b in bounds)
     assert all(b0 == a1 for (_, b0), (a1, _) in zip(bounds, bounds[1:]))
+
+
+def test_split_points_skip_unrolled_values_where_the_condition_reads_out_of_range() -> None:
+    # A select whose condition reads an index table at i2 - 1 is only taken for i2 >= 1: at i2 = 0 the table would
+    # be read at -1 (found by the writes-through-views property test). That value says nothing about where to
+    # split; the others still split i1.
+    from evonnx.expr import Load, binary, const, index_val, where
+    from evonnx.index import Poly, Table, lookup, var
+    from evonnx.kernels.schedule import pieces
+    from evonnx.records import KernelOutput
+
+    i1, i2 = var("i1", 100), var("i2", 4)
+    tab = Table("tab", (1, 1, 0, 1))
+    cond = binary("lt", index_val(i1 + 10 * lookup(tab, i2 - 1)), const(50, "int64"))
+    inner = where(cond, Load(0, i1, "float32"), Load(1, i1, "float32"))
+    e = where(binary("ge", index_val(i2), const(1, "int64")), inner, Load(2, i1, "float32"))
+    o = KernelOutput("y", "float32", (Poly.of(100), Poly.of(4)), (i1, i2), e, ())
+    starts = {int(p.ranges[0][0].const) for p in pieces(o)}
+    assert {40, 50} <= starts, starts
