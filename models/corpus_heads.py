@@ -534,6 +534,11 @@ def _detr_inputs(queries: int, classes: int) -> tuple[TensorSpec, ...]:
             TensorSpec("target_sizes", (2,), "integers", 320, 1334, "int64 (h, w) of the original images"))
 
 
+# The raw outputs of YOLOX's head (both decode forms read the same)
+_YOLOX_INPUTS = (*_per_level("reg_output", STRIDES3, 4, "normal", 0.0, 0.5, "xy offsets / log wh ~ N(0, 0.5)"),
+                 *_per_level("obj_output", STRIDES3, 1, "normal", -2.0, 2.0, "objectness logits ~ N(-2, 2)"),
+                 *_per_level("cls_output", STRIDES3, NUM_CLASSES, "normal", -2.0, 2.0, LOGIT))
+
 HEADS: tuple[Head, ...] = (
     Head("mmdet_retinanet", "mmdetection",
          (MMDEPLOY + "models/dense_heads/base_dense_head.py",
@@ -606,18 +611,14 @@ HEADS: tuple[Head, ...] = (
          "YOLOX head eval tail with decode_in_inference=True (export_onnx.py --decode_in_inference), torch.cat "
          "decode_outputs (current YOLOX); (B,8400,85)",
          lambda: YOLOXDecode(inplace=False),
-         (*_per_level("reg_output", STRIDES3, 4, "normal", 0.0, 0.5, "xy offsets / log wh ~ N(0, 0.5)"),
-          *_per_level("obj_output", STRIDES3, 1, "normal", -2.0, 2.0, "objectness logits ~ N(-2, 2)"),
-          *_per_level("cls_output", STRIDES3, NUM_CLASSES, "normal", -2.0, 2.0, LOGIT)),
+         _YOLOX_INPUTS,
          ("output",)),
     Head("yolox_decode_inplace", "yolox",
          (GH + "Megvii-BaseDetection/YOLOX/blob/419778480ab6ec0590e5d3831b3afb3b46ab2aa3/yolox/models/yolo_head.py",),
          "YOLOX 0.3.0 head eval tail, decode_outputs with slice assignment outputs[..., :2] = ..., "
          "outputs[..., 2:4] = exp(...) * strides; (B,8400,85)",
          lambda: YOLOXDecode(inplace=True),
-         (*_per_level("reg_output", STRIDES3, 4, "normal", 0.0, 0.5, "xy offsets / log wh ~ N(0, 0.5)"),
-          *_per_level("obj_output", STRIDES3, 1, "normal", -2.0, 2.0, "objectness logits ~ N(-2, 2)"),
-          *_per_level("cls_output", STRIDES3, NUM_CLASSES, "normal", -2.0, 2.0, LOGIT)),
+         _YOLOX_INPUTS,
          ("output",)),
     Head("detr_postprocess", "detr",
          (GH + "facebookresearch/detr/blob/0217b40fb8064f6118aa9a92ae29c1ce87b0798f/models/detr.py",
