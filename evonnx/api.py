@@ -22,7 +22,7 @@ from evonnx.errors import EvonnxError, InvalidModelError, UsageError, Verificati
 from evonnx.index import Poly, Sym
 from evonnx.inputs import AmbiguousInputs, load_user_inputs
 from evonnx.measure import Comparison, MeasureError, compare_models, profile_nodes
-from evonnx.model import DOMAIN, implicit_inputs, load_model, overridable
+from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.records import FusionPlan, KernelSpec
 from evonnx.verify import CheckResult, _symbols, check_models, check_sizes, make_inputs
@@ -125,21 +125,7 @@ def _folded_away(as_written: onnx.ModelProto, planned: onnx.ModelProto) -> list[
 def _exact_outputs(model: onnx.ModelProto, specs: Sequence[KernelSpec]) -> set[str]:
     """Graph outputs no inexact kernel contributes to: they must match the original bit for bit."""
     inexact = {s.name for s in specs if not s.exact}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    out = set()
-    for g_out in model.graph.output:
-        stack, seen, tainted = [g_out.name], set(), False
-        while stack and not tainted:
-            t = stack.pop()
-            n = producer.get(t)
-            if n is None or n.name in seen:
-                continue
-            seen.add(n.name)
-            tainted = n.domain == DOMAIN and n.name in inexact
-            stack.extend([*n.input, *implicit_inputs(n)])
-        if not tainted:
-            out.add(g_out.name)
-    return out
+    return outputs_untouched_by(model, lambda n: n.domain == DOMAIN and n.name in inexact)
 
 
 def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
@@ -44,6 +44,25 @@ def opset_max() -> int:
             continue
         return opset
     return OPSET_MIN
+
+
+def outputs_untouched_by(model: onnx.ModelProto, touches: Callable[[onnx.NodeProto], bool]) -> set[str]:
+    """The graph outputs of `model` that no node for which `touches` holds computes, through any path of
+    tensors (a subgraph body's outer reads included)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out = set()
+    for g_out in model.graph.output:
+        stack, seen, tainted = [g_out.name], set(), False
+        while stack and not tainted:
+            n = producer.get(stack.pop())
+            if n is None or id(n) in seen:
+                continue
+            seen.add(id(n))
+            tainted = touches(n)
+            stack.extend([*n.input, *implicit_inputs(n)])
+        if not tainted:
+            out.add(g_out.name)
+    return out
 
 
 def implicit_inputs(node: onnx.NodeProto) -> list[str]:

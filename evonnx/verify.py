@@ -22,7 +22,7 @@ import onnx
 
 from evonnx.errors import VerificationError
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
-from evonnx.model import implicit_inputs, overridable
+from evonnx.model import outputs_untouched_by, overridable
 
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
@@ -148,21 +148,9 @@ def _check_input_shape(name: str, shape: Sequence[int]) -> None:
 
 def signed_zero_outputs(model: onnx.ModelProto) -> set[str]:
     """Graph outputs of `model` that no op in ZERO_SIGN_UNDEFINED computes: exact ones match zero signs too."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    out = set()
-    for g_out in model.graph.output:
-        stack, seen, tainted = [g_out.name], set(), False
-        while stack and not tainted:
-            n = producer.get(stack.pop())
-            if n is None or id(n) in seen:
-                continue
-            seen.add(id(n))
-            # a subgraph's ops are not walked: a control-flow node counts as possibly Min or Max
-            tainted = n.op_type in ZERO_SIGN_UNDEFINED or n.op_type in ("If", "Loop", "Scan")
-            stack.extend([*n.input, *implicit_inputs(n)])
-        if not tainted:
-            out.add(g_out.name)
-    return out
+    # a subgraph's ops are not walked: a control-flow node counts as possibly Min or Max
+    return outputs_untouched_by(model, lambda n: n.op_type in ZERO_SIGN_UNDEFINED
+                                or n.op_type in ("If", "Loop", "Scan"))
 
 
 def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: CheckResult,
