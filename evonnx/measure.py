@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evonnx.isolate import doing, isolated
+
 if TYPE_CHECKING:
     import onnxruntime as ort
 
@@ -213,6 +215,7 @@ class Comparison:
                 "onnxruntime_us": self.original, "evonnx_us": self.optimized}
 
 
+@isolated
 def compare_models(original: bytes | str | Path, optimized: str | Path, library: str | Path,
                    feeds: Mapping[str, np.ndarray], *, threads: int = 1, seconds: float = 1.0,
                    rounds: int = 10) -> Comparison:
@@ -228,6 +231,7 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
         return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
                                     providers=["CPUExecutionProvider"])
 
+    doing("timing the original model")
     ref_sess = session(original, None)
     try:
         ref_out = ref_sess.run(None, dict(feeds))
@@ -235,6 +239,7 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
         raise MeasureError(f"onnxruntime cannot run the original model on these inputs: {e}") from e
     templates = dict(zip([o.name for o in ref_sess.get_outputs()], ref_out, strict=True))
     ort_inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+    doing("timing the optimized model")
     try:
         opt_sess = session(optimized, library)
         opt_sess.run(None, dict(feeds))
@@ -272,6 +277,7 @@ class NodeProfile:
     total_us: float
 
 
+@isolated
 def profile_nodes(model: bytes | str | Path, library: str | Path | None, feeds: Mapping[str, np.ndarray], *,
                   threads: int = 1, runs: int = 20, warmup: int = 3) -> NodeProfile:
     """Profile `model` (with its kernel `library`, if any) on the CPU EP with onnxruntime's own profiler: `warmup`
@@ -288,6 +294,7 @@ def profile_nodes(model: bytes | str | Path, library: str | Path | None, feeds: 
         so.profile_file_prefix = str(Path(tmp) / "profile")
         if library is not None:
             so.register_custom_ops_library(str(Path(library).absolute()))
+        doing("profiling the " + ("optimized" if library is not None else "original") + " model")
         try:
             sess = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
                                         providers=["CPUExecutionProvider"])

@@ -22,6 +22,7 @@ import onnx
 
 from evonnx.errors import VerificationError
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
+from evonnx.isolate import CrashError, doing, isolated
 from evonnx.model import outputs_untouched_by, overridable
 
 RTOL = {"float32": 1e-4, "float64": 1e-9}
@@ -276,6 +277,7 @@ def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[st
     so = ort.SessionOptions()
     so.log_severity_level = 4
     try:
+        doing("running the original model for the operands of a decision")
         sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
         values = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))
     except Exception:  # noqa: BLE001 - no operands, no excuse
@@ -309,13 +311,30 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     """Run both models and compare; raises VerificationError on a mismatch or when no input set runs.
 
     `equal_symbols` are the symbol pairs the plan requires equal (its broadcast checks); `user_inputs` are
-    (label, feeds) sets of `--inputs`, each of which must run on the original."""
+    (label, feeds) sets of `--inputs`, each of which must run on the original. Both models run in evonnx's
+    worker process (`evonnx.isolate`): onnxruntime crashing on either is a VerificationError that names the
+    signal, the model and the input set."""
+    check_sizes(original, sizes, shapes)
+    try:
+        return _check_models(original, Path(optimized).absolute(), Path(library).absolute(), exact_outputs,
+                             sizes=sizes, shapes=shapes, seed=seed, equal_symbols=equal_symbols,
+                             user_inputs=user_inputs)
+    except CrashError as e:
+        about_original = "the original model" in e.doing
+        raise VerificationError(("cannot check: " if about_original else "") + str(e)) from None
+
+
+@isolated
+def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
+                  sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None, seed: int,
+                  equal_symbols: Sequence[tuple[str, str]],
+                  user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]) -> CheckResult:
     import onnxruntime as ort
 
-    check_sizes(original, sizes, shapes)
     so = ort.SessionOptions()
     so.log_severity_level = 4  # failures become VerificationErrors; onnxruntime prints nothing
     try:
+        doing("loading the original model")
         ref_sess = ort.InferenceSession(original.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
         raise VerificationError(f"cannot check: onnxruntime cannot load the original model "
@@ -324,7 +343,8 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     so2.log_severity_level = 4
     try:
         # dlopen searches its library path, not the current folder, for a name without a slash.
-        so2.register_custom_ops_library(str(Path(library).absolute()))
+        doing("loading the optimized model")
+        so2.register_custom_ops_library(str(library))
         opt_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
         raise VerificationError(f"onnxruntime cannot load the optimized model: {_first_line(e)}") from e
@@ -335,11 +355,13 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     def run(feeds: Mapping[str, np.ndarray], label: str) -> bool:
         """Both models on `feeds`; False when the original rejects them."""
         try:
+            doing(f"running the original model ({label})")
             refs = ref_sess.run(None, dict(feeds))
         except Exception as e:  # noqa: BLE001 - the original rejects these inputs
             state["last_error"] = _first_line(e)
             return False
         try:
+            doing(f"running the optimized model ({label})")
             gots = opt_sess.run(None, dict(feeds))
         except Exception as e:  # noqa: BLE001
             raise VerificationError(f"the optimized model fails where the original runs ({label}): "

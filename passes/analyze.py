@@ -21,6 +21,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
 from evonnx.index import Poly, sym
+from evonnx.isolate import doing, isolated
 from evonnx.model import REVIEWED_OPSET, ir_version_for
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
@@ -134,8 +135,6 @@ def _constant_node_value(node: gs.Node) -> np.ndarray | None:
 
 def _run_const_node(node: gs.Node, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray] | None:
     """Evaluate a node whose inputs are all constants with onnxruntime (its own semantics)."""
-    import onnxruntime as ort
-
     try:
         inputs = [onnx.helper.make_tensor_value_info(f"i{k}", onnx.helper.np_dtype_to_tensor_dtype(a.dtype),
                                                      a.shape) for k, a in enumerate(arrays) if a is not None]
@@ -150,13 +149,23 @@ def _run_const_node(node: gs.Node, arrays: list[np.ndarray | None], opset: int) 
         if _too_big_to_fold(m, feed):
             log.debug("not folding %s: its output would have more than %d elements", node.name, MAX_FOLD)
             return None
-        so = ort.SessionOptions()
-        so.log_severity_level = 4
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return [np.asarray(r) for r in sess.run(None, feed)]
+        return _ort_eval(m.SerializeToString(), feed)
     except Exception as e:  # noqa: BLE001 - any failure just means "not folded"; the node stays as it is
+        # (a crash of onnxruntime included: the check then meets it on the original, and says so)
         log.debug("not folding %s: %s", node.name, e)
         return None
+
+
+@isolated
+def _ort_eval(model: bytes, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """`model`'s outputs on `feed`, run by onnxruntime in evonnx's worker process."""
+    import onnxruntime as ort
+
+    doing("folding a node of constants")
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return [np.asarray(r) for r in sess.run(None, feed)]
 
 
 def _too_big_to_fold(m: onnx.ModelProto, feed: dict[str, np.ndarray]) -> bool:

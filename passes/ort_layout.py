@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_graphsurgeon as gs
 
+from evonnx.isolate import doing, isolated
+
 if TYPE_CHECKING:
     from evonnx.passes.analyze import Analysis
 
@@ -173,30 +175,16 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     holds only standard ONNX ops (anything else: None), keeps `model`'s opset imports and IR version, and is shape-
     inferred and named as `load_model` does. None where onnxruntime cannot load the model or write it back; the
     caller then plans on `model` itself. Nothing is left in the temp folder."""
-    import tempfile
-
-    import onnxruntime as ort
-
     from evonnx.model import _name_nodes
 
     try:
         data = model.SerializeToString()
     except ValueError:  # over 2 GB: onnxruntime would need external data
         return None
-    with tempfile.TemporaryDirectory(prefix="evonnx-fold-") as tmp:
-        out = Path(tmp) / "folded.onnx"
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        so.optimized_model_filepath = str(out)
-        so.log_severity_level = 4
-        try:
-            # not its transpose optimizer: moving Transposes through elementwise ops is what a kernel does anyway,
-            # and the rewritten nodes lose their names (reports, `leave`)
-            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"],
-                                 disabled_optimizers=["TransposeOptimizer"])
-            folded = onnx.load(str(out))
-        except Exception:  # noqa: BLE001 - onnxruntime raises several unrelated types; plan on the model as is
-            return None
+    written = _ort_basic(data)  # a crash of onnxruntime here (CrashError) is the model's: it is reported
+    if written is None:
+        return None
+    folded = onnx.load_model_from_string(written)
     if any(n.domain not in ("", "ai.onnx") for n in folded.graph.node) and not any(
             n.domain not in ("", "ai.onnx") for n in model.graph.node):
         return None
@@ -212,3 +200,28 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
         return None
     _name_nodes(folded)
     return folded
+
+
+@isolated
+def _ort_basic(model: bytes) -> bytes | None:
+    """`model` as onnxruntime writes it back after its basic optimizations, run in evonnx's worker process; None
+    when onnxruntime refuses it. Its temporary folder is removed."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    doing("loading the model (onnxruntime's constant folding)")
+    with tempfile.TemporaryDirectory(prefix="evonnx-fold-") as tmp:
+        out = Path(tmp) / "folded.onnx"
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(out)
+        so.log_severity_level = 4
+        try:
+            # not its transpose optimizer: moving Transposes through elementwise ops is what a kernel does anyway,
+            # and the rewritten nodes lose their names (reports, `leave`)
+            ort.InferenceSession(model, so, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=["TransposeOptimizer"])
+            return out.read_bytes()
+        except Exception:  # noqa: BLE001 - onnxruntime raises several unrelated types; plan on the model as is
+            return None

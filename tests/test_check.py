@@ -59,6 +59,26 @@ def test_the_check_catches_a_kernel_that_swaps_two_sizes(tmp_path: Path) -> None
     check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())  # the real one passes
 
 
+def test_a_kernel_that_crashes_is_a_failed_check_not_a_dead_process(tmp_path: Path) -> None:
+    # The same model's library rebuilt with a kernel that traps (as an out-of-bounds write would segfault): the
+    # check runs both models in evonnx's worker process, so the caller gets a VerificationError naming the signal
+    # and the input set, and keeps running.
+    src = _save(tmp_path, [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                           helper.make_node("Sigmoid", ["t"], ["y"])],
+                [_vi("x", F, ["N", "H", "W"])], [_vi("y", F, ["N", "W", "H"])])
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump)
+    source = (dump / "kernels.c").read_text()
+    body = source.index("{", source.index("_compute(const evo_args *a")) + 1
+    trapping = tmp_path / "trap.so"
+    build_model_library(source[:body] + " __builtin_trap();" + source[body:], trapping, model_name="trap")
+    original = onnx.load(str(src))
+    with pytest.raises(VerificationError, match=r"^onnxruntime crashed \(SIGILL\) while running the optimized "
+                                                r"model \(sizes (N|H|W)="):
+        check_models(original, tmp_path / "m.opt.onnx", trapping, set())
+    check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())  # the next check runs
+
+
 def test_sizes_are_distinct_except_where_the_plan_ties_them(tmp_path: Path) -> None:
     src = _save(tmp_path, [helper.make_node("Add", ["x", "y"], ["a"]), helper.make_node("Sigmoid", ["a"], ["s"]),
                            helper.make_node("Transpose", ["s"], ["z"], perm=[1, 0])],
@@ -206,9 +226,9 @@ def test_exact_outputs_match_zero_signs_except_through_min_and_max(tmp_path: Pat
 
 
 def test_integer_divisors_never_make_onnxruntime_trap(tmp_path: Path) -> None:
-    # onnxruntime 1.31's int64 Div of INT64_MIN by -1 kills its process with SIGFPE, and the check runs the
-    # original model in evonnx's own process: a synthesized divisor of -1 ended `evonnx optimize` with no message
-    # (fuzz seed 130033). Divisors are non-zero and never -1. Run in a child, so a trap fails this test only.
+    # onnxruntime 1.31's int64 Div of INT64_MIN by -1 kills its process with SIGFPE: a synthesized divisor of -1
+    # ended `evonnx optimize` with no message (fuzz seed 130033), back when the check ran onnxruntime in evonnx's
+    # own process. Divisors are non-zero and never -1. Run in a child, so a trap fails this test only.
     import subprocess
     import sys
 

@@ -281,6 +281,29 @@ def test_optimize_external_data_outside_the_model_folder_is_refused_unread(ws: W
     ws.fails_cleanly(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx")], needle)
 
 
+def _trapping_div(path: Path) -> Path:
+    """A constant int64 Div of INT64_MIN by -1: the x86 division traps (SIGFPE) in onnxruntime's constant
+    folding and in its Div kernel alike, so plain onnxruntime dies loading this model."""
+    consts = [numpy_helper.from_array(np.array([np.iinfo(np.int64).min, 4], np.int64), "a"),
+              numpy_helper.from_array(np.array([-1, 2], np.int64), "b")]
+    return _save(path, [helper.make_node("Div", ["a", "b"], ["q"]), helper.make_node("Add", ["x", "q"], ["s"]),
+                        helper.make_node("Mul", ["s", "s"], ["y"])],
+                 [helper.make_tensor_value_info("x", I64, ["N", 2])],
+                 [helper.make_tensor_value_info("y", I64, ["N", 2])], consts)
+
+
+@pytest.mark.parametrize("fold", ["1", "0"])
+def test_optimize_a_model_that_crashes_onnxruntime_fails_cleanly(ws: Workspace, fold: str) -> None:
+    """onnxruntime dies on the model (SIGFPE) where evonnx first runs it: at its constant folding, or (with
+    plan-time folding off) in the check. Either way evonnx survives it: one line naming the signal and the step,
+    exit 1, nothing written, the worker's temporary folder gone."""
+    src = _trapping_div(ws.src / "m.onnx")
+    ws.env["EVONNX_ORT_FOLD"] = fold
+    needle = ("onnxruntime crashed (SIGFPE) while loading the model" if fold == "1" else
+              "cannot check: onnxruntime crashed (SIGFPE) while loading the original model")
+    ws.fails_cleanly(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx")], needle)
+
+
 @pytest.mark.compiler
 def test_optimize_build_failure_is_one_line_and_leaves_no_build_folder(ws: Workspace) -> None:
     src = _tiny(ws.src / "m.onnx")

@@ -1,0 +1,106 @@
+"""The worker process (issue 8): onnxruntime crashing on a model is one error, never the death of the caller.
+
+`evonnx.isolate` runs every onnxruntime session on a user's or an optimized model in a worker process. These
+tests crash that worker on purpose (a signal, the way a trapping Div or an out-of-bounds kernel would) and check
+the caller gets a CrashError naming the signal and the step, that the next call starts a fresh worker, that
+exceptions and results cross unchanged, that Ctrl-C in the caller stops a busy worker, and that a crash leaves no
+temporary file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evonnx import isolate
+from evonnx.isolate import CrashError, doing, isolated
+
+
+@isolated
+def echo(x: object) -> tuple[object, int]:
+    return x, os.getpid()
+
+
+@isolated
+def die(signum: int, step: str) -> None:
+    doing(step)
+    os.kill(os.getpid(), signum)
+
+
+@isolated
+def fail() -> None:
+    raise ValueError("bad value in the worker")
+
+
+@isolated
+def temp_then_die() -> str:
+    fd, name = tempfile.mkstemp(prefix="left-")
+    os.close(fd)
+    doing("writing a temporary file")
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return name
+
+
+@isolated
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_calls_run_in_one_other_process_and_results_cross_unchanged() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (got, pid1), (_, pid2) = echo(a), echo(None)
+    np.testing.assert_array_equal(got, a)
+    assert pid1 == pid2 != os.getpid()  # one kept worker, not the caller
+
+
+@pytest.mark.parametrize("signum", [signal.SIGFPE, signal.SIGSEGV, signal.SIGABRT])
+def test_a_crash_names_the_signal_and_the_step_and_the_next_call_works(signum: signal.Signals) -> None:
+    _, before = echo(0)
+    with pytest.raises(CrashError) as e:
+        die(signum, "running the original model (sizes N=3)")
+    assert str(e.value) == f"onnxruntime crashed ({signum.name}) while running the original model (sizes N=3)"
+    assert e.value.signal == signum.name
+    _, after = echo(0)
+    assert after not in (before, os.getpid())
+
+
+def test_an_exception_in_the_worker_arrives_as_itself_with_the_workers_traceback() -> None:
+    with pytest.raises(ValueError, match="bad value in the worker") as e:
+        fail()
+    assert any("in evonnx's worker process" in n and "def fail" not in n and "raise ValueError" in n
+               for n in getattr(e.value, "__notes__", []))
+    assert echo(1)[0] == 1  # the worker survives an exception
+
+
+def test_a_crash_leaves_no_temporary_file() -> None:
+    echo(0)
+    tmp = isolate.worker_tmp()
+    assert tmp is not None and tmp.is_relative_to(Path(tempfile.gettempdir()))
+    with pytest.raises(CrashError, match=r"SIGSEGV\) while writing a temporary file"):
+        temp_then_die()
+    assert not tmp.exists()
+
+
+def test_ctrl_c_in_the_caller_stops_a_busy_worker() -> None:
+    _, pid = echo(0)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # as Ctrl-C reaches the CLI
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sleep(30)
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone, not left sleeping
+    assert echo(2)[0] == 2
+
+
+def test_evonnx_isolate_0_runs_in_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVONNX_ISOLATE", "0")
+    assert echo(0)[1] == os.getpid()
