@@ -40,6 +40,7 @@ from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_p
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.schedule import (
     MAX_UNROLL,
+    TILE,
     Piece,
     loop_var,
     nonempty_view,
@@ -49,11 +50,13 @@ from evonnx.kernels.schedule import (
     prod,
     tables_in,
     temporaries,
+    tile_axis,
 )
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
 _TEMPLATES = Path(__file__).with_name("templates")
+_ITEMSIZE = {"float32": 4, "int32": 4, "uint32": 4}
 MAX_TASK_PARTS = 16  # (output, piece) pairs one task function computes at most
 
 
@@ -139,6 +142,12 @@ class _Kernel:
         inner = loops.pop() if loops else None
         inner_ext = exts.pop() if inner is not None else Poly.of(1)
         outer, outer_ext = loops, exts
+        if unroll is None and inner is not None and len(members) == 1:
+            oi, o, pi, piece, expr, pos = members[0]
+            w = tile_axis(outer, inner, expr, pos, _ITEMSIZE.get(o.dtype, 0))
+            if w is not None:
+                self._add_tiled_task(outer, outer_ext, inner, inner_ext, w, members[0])
+                return
         # C names: o<n> for the outer loops, j for the inner one; the unrolled one becomes constants
         cvars: dict[Var, str] = {}
         for n, lp in enumerate(outer):
@@ -172,6 +181,41 @@ class _Kernel:
         total = print_poly(prod(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
+
+    def _add_tiled_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, w: int,
+                        member: tuple[int, KernelOutput, int, Piece, Expr, Poly]) -> None:
+        """A task whose inner loop `j` stores contiguously but reads across a stride, tiled with the outer loop
+        `w` that reads contiguously (`schedule.tile_axis`): each task takes rows of the other outer loops, and
+        each row runs over TILE x TILE blocks of (w, j), computed with w innermost, transposed in registers and
+        stored as TILE rows along j. Blocks cut short at the edges are computed element by element."""
+        oi, o, pi, piece, expr, pos = member
+        wv, jv = outer[w].atom(), inner.atom()
+        assert isinstance(wv, Var) and isinstance(jv, Var)
+        rest = [lp for k, lp in enumerate(outer) if k != w]
+        rest_ext = [e for k, e in enumerate(outer_ext) if k != w]
+        cvars: dict[Var, str] = {lp.atom(): f"o{n}" for n, lp in enumerate(rest)}  # type: ignore[misc]
+        cvars[wv], cvars[jv] = "w", "j"
+        self.collect_tables(expr)
+        names = Names(cvars, self.sym_names, self.tables)
+        _, body = _body([(pos, expr)], [(oi, o.dtype)], names, None)
+        _, tile_body = _body([(pos, expr)], [(oi, o.dtype)], names, None, into="tile[jj][ww]")
+        fname = f"{self.spec.name}_task{len(self.runs)}"
+        rng = len(self.runs)
+        unravel, _ = _odometer(rest_ext, names)
+        note = (f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
+                + "); rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
+                + f"; {TILE}x{TILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
+        indent = "                            "
+        self.tasks.append(_template("task_tile.c").substitute(
+            kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
+            bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
+            inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
+            tile_body=_indented(tile_body, indent[12:]), body=_indented(body, indent[12:]), slot=oi,
+            pos=print_poly(pos, names)))
+        rows = print_poly(prod(rest_ext), names)
+        per_row = print_poly(outer_ext[w] * inner_ext, names)
+        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {rows}, "
+                         f"{max(1, _cost([(pos, expr)]))} * ({per_row}));")
 
     def _bindings(self) -> str:
         lines = []
@@ -217,10 +261,14 @@ def _odometer(outer_ext: Sequence[Poly], names: Names) -> tuple[str, str]:
     return "\n".join(un), "\n".join(adv) + close
 
 
+def _indented(text: str, more: str) -> str:
+    return "\n".join(more + ln if ln else ln for ln in text.split("\n"))
+
+
 def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], names: Names,
-          inner: Var | None) -> tuple[str, str]:
+          inner: Var | None, into: str | None = None) -> tuple[str, str]:
     """Statements computing every root and storing it to its target (output slot, element type): (per row, before
-    the inner loop; inside the inner loop)."""
+    the inner loop; inside the inner loop). `into` names one C lvalue that takes the single root instead."""
     temps: dict[Expr, str] = {}
     row_lines: list[str] = []
     lines: list[str] = []
@@ -246,7 +294,8 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
     for (pos, e), (oi, dtype) in zip(roots, targets, strict=True):
         names.pre = []
         code = sub(e)
-        emit(lines, "            ", f"out{oi}[{print_poly(pos, names)}] = ({CTYPE[dtype]})({code});")
+        target = into if into is not None else f"out{oi}[{print_poly(pos, names)}]"
+        emit(lines, "            ", f"{target} = ({CTYPE[dtype]})({code});")
     names.pre = None
     return "\n".join(row_lines), "\n".join(lines)
 

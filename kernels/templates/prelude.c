@@ -18,6 +18,39 @@
 #define EVO_TASK
 #endif
 
+/* An 8x8 block of 4-byte elements transposed in registers: t[r][c] -> o[c][r]. Three rounds of two-vector
+ * shuffles of 8-lane vectors (unpack pairs, then 64-bit pairs, then 128-bit halves): AVX registers in the
+ * x86-64-v3 clone of a task, pairs of SSE registers in the baseline one. Tiled tasks (task_tile.c) compute a
+ * block in the order their input is laid out and store its transpose in the order their output is, so both the
+ * reads and the writes are contiguous rows. Copies through memcpy keep any 4-byte type's bits unchanged. */
+typedef float evo_v8 __attribute__((vector_size(32)));
+typedef int32_t evo_v8i __attribute__((vector_size(32)));
+#ifdef __clang__
+#define EVO_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define EVO_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, (evo_v8i){__VA_ARGS__})
+#endif
+static inline void evo_transpose8x8(const void *t, void *o) {
+    evo_v8 a[8], b[8], c[8];
+    memcpy(a, t, sizeof a);
+    for (int k = 0; k < 4; ++k) {
+        b[2 * k] = EVO_SHUFFLE8(a[2 * k], a[2 * k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        b[2 * k + 1] = EVO_SHUFFLE8(a[2 * k], a[2 * k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int k = 0; k < 2; ++k) {
+        for (int l = 0; l < 2; ++l) {
+            c[4 * k + l] = EVO_SHUFFLE8(b[4 * k + l], b[4 * k + l + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            c[4 * k + l + 2] = EVO_SHUFFLE8(b[4 * k + l], b[4 * k + l + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    }
+    for (int k = 0; k < 4; ++k) {
+        const int r = k == 1 ? 2 : k == 2 ? 1 : k; /* the rounds above leave rows 1 and 2 of each half swapped */
+        a[r] = EVO_SHUFFLE8(c[k], c[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        a[r + 4] = EVO_SHUFFLE8(c[k], c[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    memcpy(o, a, sizeof a);
+}
+
 /* Work below this many element-operations runs on the calling thread: handing it to the pool costs more. */
 #define EVO_PAR_MIN 32768
 

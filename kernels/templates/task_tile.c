@@ -1,0 +1,47 @@
+
+/* $kernel: $note */
+EVO_TASK static void ${fname}(void *vctx, size_t task) {
+    const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
+    const evo_range *rg = &c->ranges[$range];
+    int evo_zero = 0; /* an integer divisor was 0 (evo_nz_*) */
+$bindings
+    const int64_t wext = $w_extent;
+    const int64_t ext = $inner_extent;
+    int64_t first = (int64_t)task * rg->per;
+    int64_t end = first + rg->per < rg->total ? first + rg->per : rg->total;
+    for (int64_t r = first; r < end; ++r) {
+        int64_t row = r;
+$unravel
+        for (int64_t w0 = 0; w0 < wext; w0 += 8) {
+            const int64_t wn = wext - w0 < 8 ? wext - w0 : 8;
+            for (int64_t jb = 0; jb < ext; jb += 8) {
+                const int64_t jn = ext - jb < 8 ? ext - jb : 8;
+                if (wn == 8 && jn == 8) {
+                    $ctype tile[8][8], rows[8][8];
+                    for (int64_t jj = 0; jj < 8; ++jj) {
+                        for (int64_t ww = 0; ww < 8; ++ww) {
+                            const int64_t w = w0 + ww;
+                            const int64_t j = jb + jj;
+$tile_body
+                        }
+                    }
+                    evo_transpose8x8(tile, rows);
+                    for (int64_t ww = 0; ww < 8; ++ww) {
+                        const int64_t w = w0 + ww;
+                        const int64_t j = jb;
+                        memcpy(&out$slot[$pos], rows[ww], sizeof rows[ww]);
+                    }
+                } else {
+                    for (int64_t ww = 0; ww < wn; ++ww) {
+                        for (int64_t jj = 0; jj < jn; ++jj) {
+                            const int64_t w = w0 + ww;
+                            const int64_t j = jb + jj;
+$body
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (evo_zero) __atomic_store_n((int *)&c->zero_div, 1, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,85 @@
+"""Tiled transposes (issue 12): a task whose inner loop stores contiguously but reads across a stride (NCHW to
+NHWC under Sigmoid, the scores of YOLO and RetinaNet heads) is computed in 8x8 blocks, transposed in registers
+(`evo_transpose8x8`) and stored row by row. Whole blocks, blocks cut at either edge, and loops shorter than one
+block must all give onnxruntime's result, for float32 and for int32 (whose bits the transpose moves as floats)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import evonnx
+from evonnx.expr import Load, Op, Reduce
+from evonnx.index import Poly, var
+from evonnx.kernels.schedule import tile_axis
+
+pytestmark = pytest.mark.compiler
+
+
+def _nchw_to_nhwc(tmp_path: Path, dtype: int, then: str) -> Path:
+    x = helper.make_tensor_value_info("x", dtype, ["N", "C", "H", "W"])
+    y = helper.make_tensor_value_info("y", dtype, ["N", "H", "W", "C"])
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1])]
+    inits = []
+    if then == "Sigmoid":
+        nodes.append(helper.make_node("Sigmoid", ["t"], ["y"]))
+    else:  # an integer op that keeps every bit pattern distinct
+        inits.append(numpy_helper.from_array(np.array(7, np.int32), "seven"))
+        nodes.append(helper.make_node("Add", ["t", "seven"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [x], [y], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+# (N, C, H, W): C is the inner loop (stored contiguously), W the tiled outer one (read contiguously)
+SHAPES = [(1, 16, 2, 8), (2, 80, 3, 24), (1, 13, 5, 11), (1, 8, 1, 9), (3, 9, 2, 7), (1, 81, 4, 17), (1, 3, 2, 5),
+          (0, 16, 2, 8)]
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.INT32])
+def test_tiled_transpose_matches_onnxruntime_at_whole_and_cut_blocks(tmp_path: Path, dtype: int) -> None:
+    src = _nchw_to_nhwc(tmp_path, dtype, "Sigmoid" if dtype == TensorProto.FLOAT else "Add")
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    assert "8x8 tiles of w<" in (dump / "kernels.c").read_text()
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    for threads in (1, 2):
+        opt = evonnx.load_session(tmp_path / "m.opt.onnx", sess_options=_threads(threads))
+        rng = np.random.default_rng(threads)
+        for shape in SHAPES:
+            if dtype == TensorProto.FLOAT:
+                x = (rng.standard_normal(shape) * 4).astype(np.float32)
+            else:
+                x = rng.integers(-2**31, 2**31 - 8, size=shape, dtype=np.int32)
+            (want,) = ref.run(None, {"x": x})
+            (got,) = opt.run(None, {"x": x})
+            np.testing.assert_array_equal(got, want, err_msg=f"shape {shape}, {threads} thread(s)")
+
+
+def _threads(n: int) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = n
+    return so
+
+
+def test_tile_axis_takes_only_a_strided_read_under_a_contiguous_store() -> None:
+    c, w = var("c", Poly.of(80)), var("w", Poly.of(64))
+    hw = Poly.of(6400)
+    pos = w * 80 + c  # NHWC store: c contiguous
+    strided = Op("sigmoid", (Load(0, c * hw + w, "float32"),), "float32")
+    assert tile_axis([w], c, strided, pos, 4) == 0
+    assert tile_axis([w], c, strided, pos, 8) is None  # float64: not 4-byte elements
+    assert tile_axis([w], c, Op("sigmoid", (Load(0, w * 80 + c, "float32"),), "float32"), pos, 4) is None  # a copy
+    assert tile_axis([w], c, strided, c * 64 + w, 4) is None  # the store is strided in c: the inner loop is wrong
+    short = var("c", Poly.of(5))
+    assert tile_axis([w], short, Op("sigmoid", (Load(0, short * hw + w, "float32"),), "float32"),
+                     w * 5 + short, 4) is None  # shorter than a block
+    k = var("k", Poly.of(4))
+    summed = Reduce("sum", k, Load(0, c * hw + w + k, "float32"), "float32")
+    assert tile_axis([w], c, summed, pos, 4) is None  # a reduction would be recomputed per element
