@@ -185,9 +185,10 @@ class _Kernel:
     def _add_tiled_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, w: int,
                         member: tuple[int, KernelOutput, int, Piece, Expr, Poly]) -> None:
         """A task whose inner loop `j` stores contiguously but reads across a stride, tiled with the outer loop
-        `w` that reads contiguously (`schedule.tile_axis`): each task takes rows of the other outer loops, and
-        each row runs over TILE x TILE blocks of (w, j), computed with w innermost, transposed in registers and
-        stored as TILE rows along j. Blocks cut short at the edges are computed element by element."""
+        `w` that reads contiguously (`schedule.tile_axis`). A task's unit is a row of the other outer loops and a
+        block of TILE along w (so a single row still spreads over the pool); it runs over TILE x TILE blocks of
+        (w, j), computed with w innermost, transposed in registers and stored as TILE rows along j. What does not
+        depend on j is computed once per block, and blocks cut short at the edges element by element."""
         oi, o, pi, piece, expr, pos = member
         wv, jv = outer[w].atom(), inner.atom()
         assert isinstance(wv, Var) and isinstance(jv, Var)
@@ -197,8 +198,10 @@ class _Kernel:
         cvars[wv], cvars[jv] = "w", "j"
         self.collect_tables(expr)
         names = Names(cvars, self.sym_names, self.tables)
-        _, body = _body([(pos, expr)], [(oi, o.dtype)], names, None)
-        _, tile_body = _body([(pos, expr)], [(oi, o.dtype)], names, None, into="tile[jj][ww]")
+        # what does not depend on j is computed once per w, into arrays over the tile's rows
+        decls: list[str] = []
+        row_body, body = _body([(pos, expr)], [(oi, o.dtype)], names, jv, row_arrays=decls)
+        _, tile_body = _body([(pos, expr)], [(oi, o.dtype)], names, jv, into="tile[jj][ww]", row_arrays=[])
         fname = f"{self.spec.name}_task{len(self.runs)}"
         rng = len(self.runs)
         unravel, _ = _odometer(rest_ext, names)
@@ -211,11 +214,12 @@ class _Kernel:
             bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
             tile_body=_indented(tile_body, indent[12:]), body=_indented(body, indent[12:]), slot=oi,
+            row_loop=_row_loop(decls, row_body, indent[:12]),
             pos=print_poly(pos, names)))
-        rows = print_poly(prod(rest_ext), names)
-        per_row = print_poly(outer_ext[w] * inner_ext, names)
-        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {rows}, "
-                         f"{max(1, _cost([(pos, expr)]))} * ({per_row}));")
+        # a task's unit is one row of the other outer loops and one block of TILE along w
+        units = f"{print_poly(prod(rest_ext), names)} * (({print_poly(outer_ext[w], names)} + {TILE - 1}) / {TILE})"
+        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, "
+                         f"{max(1, _cost([(pos, expr)]))} * {TILE} * ({print_poly(inner_ext, names)}));")
 
     def _bindings(self) -> str:
         lines = []
@@ -261,14 +265,24 @@ def _odometer(outer_ext: Sequence[Poly], names: Names) -> tuple[str, str]:
     return "\n".join(un), "\n".join(adv) + close
 
 
+def _row_loop(decls: Sequence[str], row_body: str, indent: str) -> str:
+    """A tiled task's per-block arrays of what does not depend on j, and the loop over w filling them."""
+    if not decls:
+        return f"{indent}/* nothing to compute once per w */"
+    return "\n".join([*(indent + d for d in decls), f"{indent}for (int64_t ww = 0; ww < wn; ++ww) {{",
+                      f"{indent}    const int64_t w = w0 + ww;", _indented(row_body, indent[:-4]), f"{indent}}}"])
+
+
 def _indented(text: str, more: str) -> str:
     return "\n".join(more + ln if ln else ln for ln in text.split("\n"))
 
 
 def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], names: Names,
-          inner: Var | None, into: str | None = None) -> tuple[str, str]:
+          inner: Var | None, into: str | None = None, row_arrays: list[str] | None = None) -> tuple[str, str]:
     """Statements computing every root and storing it to its target (output slot, element type): (per row, before
-    the inner loop; inside the inner loop). `into` names one C lvalue that takes the single root instead."""
+    the inner loop; inside the inner loop). `into` names one C lvalue that takes the single root instead. With
+    `row_arrays` (a tiled task), the per-row temporaries are arrays over a tile's rows, `tK[ww]`, whose
+    declarations are appended to it."""
     temps: dict[Expr, str] = {}
     row_lines: list[str] = []
     lines: list[str] = []
@@ -288,8 +302,13 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
         names.pre = []
         code = print_expr(x, names, sub)
         name = f"t{len(temps)}"
-        emit(row_lines if per_row else lines, "        " if per_row else "            ",
-             f"const {CTYPE[x.dtype]} {name} = {code};")
+        if per_row and row_arrays is not None:
+            row_arrays.append(f"{CTYPE[x.dtype]} {name}[{TILE}];")
+            emit(row_lines, "        ", f"{name}[ww] = {code};")
+            name += "[ww]"
+        else:
+            emit(row_lines if per_row else lines, "        " if per_row else "            ",
+                 f"const {CTYPE[x.dtype]} {name} = {code};")
         temps[x] = name
     for (pos, e), (oi, dtype) in zip(roots, targets, strict=True):
         names.pre = []

@@ -191,7 +191,51 @@ def pieces(o: KernelOutput) -> list[Piece]:
     combos = list(itertools.product(*per_axis))
     if len(combos) > MAX_PIECES:
         combos = [tuple((Poly(), d) for d in o.shape)]
-    return [Piece(tuple(c)) for c in combos]
+    refined = [r for c in combos for r in _refine(o, tuple(c), REFINE_DEPTH)]
+    return [Piece(c) for c in (refined if len(refined) <= MAX_PIECES else combos)]
+
+
+# Rounds of `_refine` per piece.
+REFINE_DEPTH = 2
+
+
+def _refine(o: KernelOutput, ranges: tuple[tuple[Poly, Poly], ...], depth: int
+            ) -> list[tuple[tuple[Poly, Poly], ...]]:
+    """`ranges` split again where a select changes branch once the piece's own bounds simplify its conditions: a
+    Concat of a YOLOX head reads `fmod(fdiv(i1, 6400) + i2, 85) < 5`, which is `i2 < 5` only where i1 < 6400, so
+    the first split (at the levels along i1) makes the second (objectness against classes along i2) visible."""
+    if depth <= 0:
+        return [ranges]
+    mapping: dict[Atom, Poly] = {}
+    local: dict[int, Var] = {}
+    for k, p in enumerate(o.index):
+        v = p.atom()
+        if not isinstance(v, Var):
+            continue
+        lo, hi = ranges[k]
+        nv = var(f"a{k}", hi - lo)
+        mapping[v] = nv + lo
+        if isinstance(a := nv.atom(), Var):
+            local[k] = a
+    try:
+        expr = substitute(o.expr, mapping)
+    except (InternalError, ZeroDivisionError):
+        return [ranges]
+    unrolled = [a for a in local.values() if (n := a.extent.const) is not None and n <= MAX_UNROLL]
+    points = _split_points(expr, list(local.values()), unrolled)
+    per_axis: list[list[tuple[Poly, Poly]]] = []
+    split = False
+    for k, (lo, hi) in enumerate(ranges):
+        a = local.get(k)
+        if a is None or a not in points or a in unrolled:
+            per_axis.append([(lo, hi)])
+            continue
+        parts = [(lo + x, lo + y) for x, y in _intervals(a, points[a])]
+        split = split or len(parts) > 1
+        per_axis.append(parts)
+    if not split:
+        return [ranges]
+    return [r for c in itertools.product(*per_axis) for r in _refine(o, tuple(c), depth - 1)]
 
 
 def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
@@ -349,12 +393,14 @@ def tile_axis(outer: Sequence[Poly], inner: Poly, expr: Expr, pos: Poly, itemsiz
     an outer loop `w` reads that input contiguously (coefficient 1) while storing with a stride: an NCHW to NHWC
     transpose under Sigmoid. Each tile then reads TILE rows along `w` and stores TILE rows along the inner loop,
     both contiguous. Only elements of TILE_ITEMSIZE bytes; no reductions (they would be recomputed per element);
-    neither loop known to be shorter than one tile."""
+    no load under a select (YOLOX's objectness-or-class select ran 3x slower tiled: gcc vectorised the untiled
+    loop with masked gathers, the tile not at all); neither loop known to be shorter than one tile."""
     j = inner.atom()
     if itemsize != TILE_ITEMSIZE or not isinstance(j, Var) or pos.coefficient(j) != Poly.of(1):
         return None
-    if any(isinstance(x, Reduce) for x in walk(expr)):
-        return None
+    if any(isinstance(x, Reduce) or (isinstance(x, Op) and x.op == "where" and any(
+            isinstance(y, Load | TableLoad) for b in x.args[1:] for y in walk(b))) for x in walk(expr)):
+        return None  # a load under a select is a branch: gcc vectorises neither the tile nor its rows
     if (n := j.extent.const) is not None and n < TILE:
         return None
     loads = [x.index for x in walk(expr) if isinstance(x, Load)]

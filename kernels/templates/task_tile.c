@@ -9,11 +9,14 @@ $bindings
     const int64_t ext = $inner_extent;
     int64_t first = (int64_t)task * rg->per;
     int64_t end = first + rg->per < rg->total ? first + rg->per : rg->total;
+    const int64_t wblocks = (wext + 7) / 8;
     for (int64_t r = first; r < end; ++r) {
-        int64_t row = r;
+        int64_t row = r / wblocks;
 $unravel
-        for (int64_t w0 = 0; w0 < wext; w0 += 8) {
+        {
+            const int64_t w0 = r % wblocks * 8;
             const int64_t wn = wext - w0 < 8 ? wext - w0 : 8;
+$row_loop
             for (int64_t jb = 0; jb < ext; jb += 8) {
                 const int64_t jn = ext - jb < 8 ? ext - jb : 8;
                 if (wn == 8 && jn == 8) {
