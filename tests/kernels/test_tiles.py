@@ -83,3 +83,35 @@ def test_tile_axis_takes_only_a_strided_read_under_a_contiguous_store() -> None:
     k = var("k", Poly.of(4))
     summed = Reduce("sum", k, Load(0, c * hw + w + k, "float32"), "float32")
     assert tile_axis([w], c, summed, pos, 4) is None  # a reduction would be recomputed per element
+
+
+def test_a_select_seen_only_inside_a_piece_splits_it_and_the_parts_tile(tmp_path: Path) -> None:
+    """YOLOX's head: per level, Concat(objectness, classes) along channels, flattened, levels concatenated along
+    anchors, Sigmoid. The select objectness-or-class reads `fmod(fdiv(i1, 64) + i2, 17) < 1` until the level
+    split bounds i1; the refined pieces then tile the classes with no select left in the tile."""
+    levels = [(8, 8), (4, 4)]
+    nodes, inputs, flat = [], [], []
+    for k, (h, w) in enumerate(levels):
+        inputs += [helper.make_tensor_value_info(f"obj{k}", TensorProto.FLOAT, [1, 1, h, w]),
+                   helper.make_tensor_value_info(f"cls{k}", TensorProto.FLOAT, [1, 16, h, w])]
+        nodes += [helper.make_node("Concat", [f"obj{k}", f"cls{k}"], [f"cat{k}"], axis=1),
+                  helper.make_node("Reshape", [f"cat{k}", "shape"], [f"flat{k}"])]
+        flat.append(f"flat{k}")
+    nodes += [helper.make_node("Concat", flat, ["all"], axis=2),
+              helper.make_node("Transpose", ["all"], ["t"], perm=[0, 2, 1]),
+              helper.make_node("Sigmoid", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 80, 17])],
+                              [numpy_helper.from_array(np.array([1, 17, -1], np.int64), "shape")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    source = (dump / "kernels.c").read_text()
+    tiled = [t for t in source.split("EVO_TASK")[1:] if "evo_transpose8x8(tile" in t]
+    assert tiled and not any("?" in t.split("tile[jj][ww] =")[1].split(";")[0] for t in tiled), source
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in inputs}
+    (want,) = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    (got,) = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, feeds)
+    np.testing.assert_array_equal(got, want)
