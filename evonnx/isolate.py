@@ -49,13 +49,19 @@ class CrashError(EvonnxError):
     """The worker process died: onnxruntime (or a kernel it ran) crashed. `signal` is the signal's name (or the
     exit status), `doing` the step the worker last announced."""
 
-    def __init__(self, signal_name: str, doing: str):
-        super().__init__(f"onnxruntime crashed ({signal_name}) while {doing}")
+    def __init__(self, signal_name: str, doing: str, last_words: str = ""):
+        if signal_name.startswith("exit status"):  # not a crash: the worker itself failed (its last stderr line)
+            super().__init__(f"evonnx's worker process ended ({signal_name}) while {doing}"
+                             + (f": {last_words}" if last_words else ""))
+        else:
+            super().__init__(f"onnxruntime crashed ({signal_name}) while {doing}")
         self.signal = signal_name
         self.doing = doing
 
+        self.last_words = last_words
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (CrashError, (self.signal, self.doing))
+        return (CrashError, (self.signal, self.doing, self.last_words))
 
 
 def doing(what: str) -> None:
@@ -112,9 +118,11 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env["TMPDIR"] = self._tmp
         env.setdefault("ORT_DISABLE_TELEMETRY", "1")
-        self._proc = subprocess.Popen([sys.executable, "-c", "from evonnx.isolate import _serve; _serve()"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      env=env, close_fds=True)
+        # its stderr (Python's own messages, should it fail to start) goes to a file in that folder
+        with open(Path(self._tmp) / "stderr", "wb") as err:
+            self._proc = subprocess.Popen([sys.executable, "-c", "from evonnx.isolate import _serve; _serve()"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
+                                          close_fds=True)
         self._pid = os.getpid()
         return self._proc
 
@@ -136,6 +144,13 @@ class _Worker:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
+    def _last_words(self) -> str:
+        try:
+            lines = (Path(self._tmp) / "stderr").read_text(errors="replace").strip().splitlines() if self._tmp else []
+        except OSError:
+            return ""
+        return lines[-1][:200] if lines else ""
+
     def _kill(self) -> None:
         if self._proc is not None and self._pid == os.getpid() and self._proc.poll() is None:
             self._proc.kill()
@@ -146,7 +161,7 @@ class _Worker:
         with self._lock:
             proc = self._start()
             assert proc.stdin is not None and proc.stdout is not None
-            last = "starting the worker"
+            last = f"running {name}"
             try:
                 try:
                     _send(proc.stdin, (module, name, args, kwargs))
@@ -157,8 +172,9 @@ class _Worker:
                         kind, value = pickle.load(proc.stdout)
                     except (EOFError, pickle.UnpicklingError, OSError):
                         code = proc.wait()
+                        words = self._last_words()
                         self.stop()
-                        raise CrashError(_signal_name(code), last) from None
+                        raise CrashError(_signal_name(code), last, words) from None
                     if kind == "doing":
                         last = value
                     elif kind == "ok":

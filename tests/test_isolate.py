@@ -104,3 +104,19 @@ def test_ctrl_c_in_the_caller_stops_a_busy_worker() -> None:
 def test_evonnx_isolate_0_runs_in_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVONNX_ISOLATE", "0")
     assert echo(0)[1] == os.getpid()
+
+
+@isolated
+def leave(status: int) -> None:
+    import sys
+
+    print("the worker's own complaint", file=sys.stderr, flush=True)
+    os._exit(status)
+
+
+def test_a_worker_that_exits_says_so_with_its_last_stderr_line_not_as_a_crash() -> None:
+    with pytest.raises(CrashError) as e:
+        leave(3)
+    assert str(e.value) == ("evonnx's worker process ended (exit status 3) while running leave: "
+                            "the worker's own complaint")
+    assert echo(4)[0] == 4
