@@ -51,6 +51,9 @@ LAYOUT_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Glob
                         "Resize", "Upsample", "MatMul", "Gemm", "BatchNormalization", "InstanceNormalization",
                         "LayerNormalization"})
 GUARD_RETIME_NOISE = 0.10  # a comparison noisier than this is timed once more, longer
+# A win below this ratio is confirmed by a second comparison, and the lower ratio stands. On a shared machine one
+# interleaved run of YOLOv8's mmyolo head said 1.030x; four more said 0.83x to 0.85x (session 8's note).
+GUARD_CONFIRM_BELOW = 1.05
 GUARD_STAGES = (
     ("slower", "kernels slower than the nodes they replace (onnxruntime's profiler, 1 thread)"),
     ("feeding", "kernels whose outputs feed convolutions, pooling, Resize or MatMul"),
@@ -355,6 +358,9 @@ def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library
                     again = compare_models(original, optimized, library, feeds, threads=threads,
                                            seconds=3 * seconds)
                     c = min(c, again, key=lambda x: x.noise)
+                if not c.slower and c.ratio < GUARD_CONFIRM_BELOW:  # a narrow win: the lower of two stands
+                    again = compare_models(original, optimized, library, feeds, threads=threads, seconds=seconds)
+                    c = min(c, again, key=lambda x: x.ratio)
                 out.append(c)
             return out
         except MeasureError as e:

@@ -118,6 +118,19 @@ def test_a_kernel_slower_than_the_nodes_it_replaces_goes_first(tmp_path: Path,
     assert "kernels slower than the nodes they replace" in str(res.guard)
 
 
+def test_a_narrow_win_is_confirmed_and_the_lower_ratio_stands(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1.03x once, 0.85x when timed again (a shared machine's drift): the kernels go to onnxruntime
+    calls = _scripted(monkeypatch, [1.03, 0.85, 1.2])
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True)
+    assert calls == [2, 2, 1]
+    assert res.guard is not None and len(res.guard.dropped) == 1 and "0.850x" in res.guard.dropped[0][2]
+    calls = _scripted(monkeypatch, [1.03, 1.04])  # confirmed: kept, at the lower ratio
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o2.onnx", guard=True)
+    assert calls == [2, 2] and len(res.kernels) == 2
+    assert res.guard is not None and not res.guard.dropped and res.guard.comparisons[0].ratio == 1.03
+
+
 def test_always_slower_ends_with_the_original_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _scripted(monkeypatch, [0.8])
     src = _conv_model(tmp_path)
