@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ import onnx
 from evonnx.errors import EvonnxError, InvalidModelError, UsageError, VerificationError
 from evonnx.index import Poly, Sym
 from evonnx.inputs import AmbiguousInputs, load_user_inputs
+from evonnx.isolate import CrashError
 from evonnx.measure import Comparison, MeasureError, compare_models, profile_nodes
 from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
 from evonnx.passes.ort_layout import fold_like_onnxruntime
@@ -322,35 +323,42 @@ def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path
     """The kernels whose profiled time exceeds that of the original's nodes they replace, both models profiled by
     onnxruntime at 1 thread on the same inputs (the guard's sizes). A replaced node with no profile entry of its
     own (onnxruntime folded or fused it into another) counts as free, so such a kernel is left rather than kept on
-    a guess. [] when no input set can be profiled: the coarser stages follow."""
-    symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
-    for size in (64, 256, 5, 3) if symbols else (0,):
+    a guess. [] when no input set can be profiled: the coarser stages follow. A crash is no such excuse: it is
+    raised (CrashError)."""
+    for feeds in _guard_feeds(as_written, sizes, shapes, []):
         try:
-            feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
             before = profile_nodes(as_written.SerializeToString(), None, feeds, runs=GUARD_PROFILE_RUNS)
             after = profile_nodes(optimized, library, feeds, runs=GUARD_PROFILE_RUNS)
-        except (AmbiguousInputs, EvonnxError, MeasureError):
+        except CrashError:
+            raise
+        except (EvonnxError, MeasureError):
             continue
         return [s for s in specs if s.name in after.times_us
                 and after.times_us[s.name] > sum(before.times_us.get(n, 0.0) for n in s.source_nodes)]
     return []
 
 
+def _guard_feeds(as_written: onnx.ModelProto, sizes: Mapping[str, int] | None,
+                 shapes: Mapping[str, Sequence[int]] | None, errors: list[str]) -> Iterator[dict[str, np.ndarray]]:
+    """The guard's input sets, in order: the sizes given, else every symbol at 64, 256, 5, then 3. A size at which
+    no input set can be synthesized (a scatter would write twice, ...) is skipped, its reason kept in `errors`."""
+    symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
+    for size in (64, 256, 5, 3) if symbols else (0,):
+        try:
+            yield make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
+        except (AmbiguousInputs, EvonnxError) as e:
+            errors.append(str(e))
+
+
 def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library: Path,
                            sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
                            seconds: float) -> list[Comparison]:
     """The optimized model timed against the original at 1 thread and at onnxruntime's default, on the first
-    input set the original runs (the sizes given, else every symbol at 64, 256, 5, then 3)."""
-    symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
+    input set the original runs (`_guard_feeds`)."""
     errors: list[str] = []
-    for size in (64, 256, 5, 3) if symbols else (0,):
+    original = as_written.SerializeToString()
+    for feeds in _guard_feeds(as_written, sizes, shapes, errors):
         try:
-            feeds = make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
-        except (AmbiguousInputs, EvonnxError) as e:  # no input set at this size (a scatter writing twice, ...)
-            errors.append(str(e))
-            continue
-        try:
-            original = as_written.SerializeToString()
             out = []
             for threads in (1, 0) if (os.cpu_count() or 1) > 1 else (1,):
                 c = compare_models(original, optimized, library, feeds, threads=threads, seconds=seconds)
@@ -365,7 +373,7 @@ def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library
             return out
         except MeasureError as e:
             errors.append(str(e))
-    raise MeasureError(f"no input set runs on the original ({errors[-1][:160]})")
+    raise MeasureError(f"no input set runs on the original ({errors[-1][:160] if errors else 'none'})")
 
 
 def _restore_defaults(original: onnx.ModelProto, out_model: onnx.ModelProto) -> None:
