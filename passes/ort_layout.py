@@ -26,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -49,8 +50,20 @@ NONDETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLik
                               "Bernoulli"})
 
 
+def _const_value(t: gs.Tensor) -> np.ndarray | None:
+    """The value of a constant tensor (an initializer or a Constant node's `value`), else None."""
+    if isinstance(t, gs.Constant):
+        return np.asarray(t.values)
+    if t.inputs and t.inputs[0].op == "Constant":
+        from evonnx.passes.analyze import _constant_node_value
+
+        v = _constant_node_value(t.inputs[0])
+        return v if v is not None else np.zeros(0)  # a sparse or string value: constant all the same
+    return None
+
+
 def _is_const(t: gs.Tensor) -> bool:
-    return isinstance(t, gs.Constant) or (bool(t.inputs) and t.inputs[0].op == "Constant")
+    return _const_value(t) is not None
 
 
 def _data_inputs(n: gs.Node) -> list[gs.Tensor]:
@@ -115,14 +128,7 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
 
 
 def _scalar_const(n: gs.Node) -> bool:
-    for t in n.inputs:
-        if isinstance(t, gs.Constant) and t.values.size == 1:
-            return True
-        if t.inputs and t.inputs[0].op == "Constant":
-            v = t.inputs[0].attrs.get("value")
-            if v is not None and getattr(v, "values", None) is not None and v.values.size == 1:
-                return True
-    return False
+    return any((v := _const_value(t)) is not None and v.size == 1 for t in n.inputs)
 
 
 def folded(graph: gs.Graph, an: Analysis) -> dict[str, str]:
