@@ -31,6 +31,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from evonnx.isolate import doing, isolated
+from evonnx.passes.analyze import _constant_node_value
 
 if TYPE_CHECKING:
     from evonnx.passes.analyze import Analysis
@@ -55,8 +56,6 @@ def _const_value(t: gs.Tensor) -> np.ndarray | None:
     if isinstance(t, gs.Constant):
         return np.asarray(t.values)
     if t.inputs and t.inputs[0].op == "Constant":
-        from evonnx.passes.analyze import _constant_node_value
-
         v = _constant_node_value(t.inputs[0])
         return v if v is not None else np.zeros(0)  # a sparse or string value: constant all the same
     return None
