@@ -629,6 +629,19 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
                 body = E.binary("mul", elem, elem) if pre == "square" else E.unary(pre, elem) if pre else elem
                 s = reduce(body, "sum")
                 return E.unary("sqrt", s) if kind == "l2" else E.unary("log", s) if kind == "logsum" else s
+            if kind in ("max", "min") and x.dtype in E.FLOATS and all(
+                    (n := x.shape[a].const) is not None and n >= 1 for a in axes):
+                # max(f(x)) = f(max(x)) for f nondecreasing that keeps NaN exactly where x is NaN (so the NaN rule
+                # picks the same element): RetinaNet's max over 80 sigmoids per anchor becomes one sigmoid. Not over
+                # an axis that may be empty, where the start value -inf/+inf would go through f.
+                outer: list[str] = []
+                while isinstance(elem, E.Op) and elem.op in _MONOTONE and elem.args[0].dtype == x.dtype:
+                    outer.append(elem.op)
+                    elem = elem.args[0]
+                out = reduce(elem, kind)
+                for name in reversed(outer):
+                    out = E.unary(name, out)
+                return out
             out = reduce(elem, "sum" if kind == "mean" else kind)
             if kind == "mean":
                 # onnxruntime's mean of an empty set is 0 (the spec's 0/0 would be NaN): the sum 0 over max(n, 1)
@@ -637,6 +650,12 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
 
         return [Lazy(x.dtype, shape, fn, uniform=frozenset(kept))]
     return f
+
+
+# Unary ops that are nondecreasing and NaN exactly where their argument is (`_reducer`'s max/min rewrite). Not
+# Relu, Floor or Ceil: they map unequal inputs to +0 and -0, and the max of [ceil(-0.5), ceil(0)] is the first
+# zero, -0, where ceil(max) is +0.
+_MONOTONE = frozenset({"sigmoid", "exp", "tanh"})
 
 
 def _fresh_copy(full: list[Poly], rvars: list[Poly]) -> tuple[tuple[Poly, ...], list[Poly]]:
