@@ -32,7 +32,7 @@ def _model(tmp_path: Path, op: str, red: str) -> Path:
 def _inputs() -> np.ndarray:
     x = np.random.default_rng(0).standard_normal((4, 16, 6)).astype(np.float32) * 5
     x[0, 0, 0] = np.nan  # the first element: the result is NaN
-    x[1, 5, 2] = np.nan  # a later one (compared below with evonnx's rule, see the test)
+    x[1, 5, 2] = np.nan  # a later one: evonnx skips it (see the test)
     x[2, :, 3] = np.linspace(20, 40, 16)  # sigmoid saturates at 1: every element ties
     x[3, :, 4] = -1.0
     x[3, 7, 4] = -0.0  # Relu gives +0 for -1 and -0 for -0: the max is the first zero, +0
@@ -52,9 +52,9 @@ def test_max_of_a_monotone_op_is_the_op_of_the_max_and_matches_bit_for_bit(tmp_p
     x = _inputs()
     (want,) = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (got,) = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, {"x": x})
-    # A NaN after the first element: onnxruntime's result depends on the lanes of its vectorised reduction (with
-    # 16 values, a NaN at 1, 3 or 6 loses the 16th). evonnx skips such a NaN, the rewrite as the kernel before it;
-    # session 8's note reports the divergence (issue 16).
+    # A NaN after the first element: onnxruntime's result depends on the lane of its vectorised reduction (with
+    # 16 values, a NaN at 1, 3 or 6 loses the 16th), a documented limit (README, "Limits"). evonnx skips such a
+    # NaN, with the rewrite as without it.
     lanes = np.ones(want.shape, bool)
     lanes[1, 2] = False
     np.testing.assert_array_equal(got[lanes], want[lanes])
