@@ -214,6 +214,12 @@ def np_dtype(dtype: str) -> np.dtype:
 
 
 def const(value: object, dtype: str) -> Const:
+    """A constant of `dtype`; an integer outside the type wraps around (two's complement), as the kernels' and
+    onnxruntime's integer arithmetic does (a plan-time sum near INT64_MAX, fuzz seed 140034)."""
+    if dtype in INTS and isinstance(value, int | np.integer) and not isinstance(value, bool):
+        bits = np_dtype(dtype).itemsize * 8
+        w = int(value) & ((1 << bits) - 1)
+        value = w - (1 << bits) if dtype in SIGNED and w >> (bits - 1) else w
     v = np.asarray(value).astype(np_dtype(dtype)).item()
     return Const(v, dtype)
 

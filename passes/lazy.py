@@ -229,7 +229,7 @@ def known(elements: Sequence[Expr], shape: Sequence[int], dtype: str) -> Lazy:
         return Lazy(dtype, dims, lambda idx: zero)
     consts = [e for e in elems if isinstance(e, Const)]
     if len(consts) == len(elems) > 1:
-        return constant(np.array([e.value for e in consts]).reshape(shape), dtype)
+        return constant(np.array([const(e.value, dtype).value for e in consts]).reshape(shape), dtype)
 
     def fn(idx: Index) -> Expr:
         pos = _flat(idx, dims)
