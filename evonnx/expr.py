@@ -258,8 +258,9 @@ def _fold_binary(name: str, a: Const, b: Const, dtype: str) -> Const | None:
 
 
 def index_val(p: Poly) -> Expr:
-    """An int64 value computed from sizes and indices; a constant when it is one."""
-    return Const(p.const, "int64") if p.const is not None else IndexVal(p)
+    """An int64 value computed from sizes and indices; a constant when it is one (wrapped into int64: polynomial
+    arithmetic is on Python ints, and the value 2**64 - 2 of fuzz seed 140034 came from here)."""
+    return const(p.const, "int64") if p.const is not None else IndexVal(p)
 
 
 def _fold_index(name: str, a: Poly, b: Poly) -> Expr | None:
