@@ -206,17 +206,7 @@ def _refine(o: KernelOutput, ranges: tuple[tuple[Poly, Poly], ...], depth: int
     the first split (at the levels along i1) makes the second (objectness against classes along i2) visible."""
     if depth <= 0:
         return [ranges]
-    mapping: dict[Atom, Poly] = {}
-    local: dict[int, Var] = {}
-    for k, p in enumerate(o.index):
-        v = p.atom()
-        if not isinstance(v, Var):
-            continue
-        lo, hi = ranges[k]
-        nv = var(f"a{k}", hi - lo)
-        mapping[v] = nv + lo
-        if isinstance(a := nv.atom(), Var):
-            local[k] = a
+    mapping, local = _piece_vars(o, ranges)
     try:
         expr = substitute(o.expr, mapping)
     except (InternalError, ZeroDivisionError):
@@ -238,13 +228,11 @@ def _refine(o: KernelOutput, ranges: tuple[tuple[Poly, Poly], ...], depth: int
     return [r for c in itertools.product(*per_axis) for r in _refine(o, tuple(c), depth - 1)]
 
 
-def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
-                out_view: View) -> tuple[list[Poly], Expr, Poly]:
-    """The loops of one piece, outermost first, with the element expression and the store position in their
-    terms: one loop per axis of extent > 1, then split where the expression divides them (`_split_axes`).
-    Shared by the CPU and CUDA generators."""
-    loops: list[Poly] = []
+def _piece_vars(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]]) -> tuple[dict[Atom, Poly], dict[int, Var]]:
+    """Each axis variable of `o` as `a<k> + lo` over its piece's range [lo, hi), and the new variables of the axes
+    whose range is longer than one element, by axis."""
     mapping: dict[Atom, Poly] = {}
+    local: dict[int, Var] = {}
     for k, p in enumerate(o.index):
         v = p.atom()
         if not isinstance(v, Var):
@@ -252,8 +240,18 @@ def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
         lo, hi = ranges[k]
         nv = var(f"a{k}", hi - lo)
         mapping[v] = nv + lo
-        if nv.atom() is not None:
-            loops.append(nv)
+        if isinstance(a := nv.atom(), Var):
+            local[k] = a
+    return mapping, local
+
+
+def piece_loops(o: KernelOutput, ranges: Sequence[tuple[Poly, Poly]],
+                out_view: View) -> tuple[list[Poly], Expr, Poly]:
+    """The loops of one piece, outermost first, with the element expression and the store position in their
+    terms: one loop per axis of extent > 1, then split where the expression divides them (`_split_axes`).
+    Shared by the CPU and CUDA generators."""
+    mapping, local = _piece_vars(o, ranges)
+    loops = [Poly.of(a) for _, a in sorted(local.items())]
     expr = substitute(o.expr, mapping)
     pos = subs(out_view.index(o.index), mapping)
     return _split_axes(loops, expr, pos)

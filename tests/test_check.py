@@ -34,13 +34,18 @@ def _vi(name: str, t: int, shape: list) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, t, shape)
 
 
+def _transpose_sigmoid(tmp_path: Path) -> Path:
+    """Transpose [N, H, W] -> [N, W, H], then Sigmoid: one kernel."""
+    return _save(tmp_path, [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                            helper.make_node("Sigmoid", ["t"], ["y"])],
+                 [_vi("x", F, ["N", "H", "W"])], [_vi("y", F, ["N", "W", "H"])])
+
+
 def test_the_check_catches_a_kernel_that_swaps_two_sizes(tmp_path: Path) -> None:
     # Transpose [N, H, W] -> [N, W, H], then Sigmoid. The library is rebuilt from evonnx's own kernels with H and
     # W swapped where the kernel computes (not where it declares its output shape): at H == W nothing changes,
     # so a check that sizes every symbol alike passes it.
-    src = _save(tmp_path, [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
-                           helper.make_node("Sigmoid", ["t"], ["y"])],
-                [_vi("x", F, ["N", "H", "W"])], [_vi("y", F, ["N", "W", "H"])])
+    src = _transpose_sigmoid(tmp_path)
     dump = tmp_path / "dump"
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump)
     source = (dump / "kernels.c").read_text()
@@ -63,9 +68,7 @@ def test_a_kernel_that_crashes_is_a_failed_check_not_a_dead_process(tmp_path: Pa
     # The same model's library rebuilt with a kernel that traps (as an out-of-bounds write would segfault): the
     # check runs both models in evonnx's worker process, so the caller gets a VerificationError naming the signal
     # and the input set, and keeps running.
-    src = _save(tmp_path, [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
-                           helper.make_node("Sigmoid", ["t"], ["y"])],
-                [_vi("x", F, ["N", "H", "W"])], [_vi("y", F, ["N", "W", "H"])])
+    src = _transpose_sigmoid(tmp_path)
     dump = tmp_path / "dump"
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump)
     source = (dump / "kernels.c").read_text()
