@@ -189,3 +189,41 @@ def test_second_look_references_excuse_only_what_they_reproduce(tmp_path: Path) 
     assert _judge(tmp_path, {"original/0": failed, "optimized/0": [evo], "noreuse/0": [evo]}) == []
     assert _judge(tmp_path, {"original/0": failed, "optimized/0": [evo], "noreuse/0": [ort]})
     assert _judge(tmp_path, {"original/0": "Fail: another error", "optimized/0": [evo], "noreuse/0": [evo]})
+
+
+# -- the oracle itself ------------------------------------------------------------------------------------------
+def test_oracle_asks_again_with_the_worker_when_onnxruntime_crashes(tmp_path: Path) -> None:
+    """The optimize child runs without evonnx's worker process (one Python start-up less per case). onnxruntime
+    dies on this model (INT64_MIN / -1 traps), which kills that child; the oracle then asks again as a user's
+    process runs, with the worker, and evonnx refuses cleanly: no finding."""
+    model = make_model([node("Div", ["a", "b"], ["q"]), node("Add", ["x", "q"], ["s"]), node("Mul", ["s", "s"], ["y"])],
+                       [("x", TensorProto.INT64, ["N", 2])], [("y", TensorProto.INT64, 2)],
+                       {"a": np.array([np.iinfo(np.int64).min, 4], np.int64), "b": np.array([-1, 2], np.int64)})
+    case = case_from_model(model, [{"N": 2}])
+    outcome = check_case(case, tmp_path / "case", tmp_path / "no-marker")
+    assert outcome.findings == []
+    assert outcome.status == "refused" and "crashed (SIGFPE)" in outcome.note, f"{outcome.status}: {outcome.note}"
+
+
+@pytest.mark.parametrize(("message", "finding"), [
+    ("output 'y' must match exactly but differs at 3 positions", True),
+    ("onnxruntime crashed (SIGSEGV) while running the optimized model (sizes N=3)", True),
+    ("cannot check: onnxruntime rejects every generated input for the original model", False),
+])
+def test_oracle_counts_a_refusal_by_evonnxs_own_check_as_a_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   message: str, finding: bool) -> None:
+    """A model that evonnx's check refuses was never written, but the kernels or the plan have a bug that the
+    check's sizes happened to catch: the fuzzer reports it. A model that onnxruntime cannot run is no finding."""
+    import json
+
+    import sec_oracle
+
+    def fake_child(args: Sequence[str], cwd: Path, timeout: float, env: object) -> tuple[int, str]:
+        Path(args[4]).write_text(json.dumps({"status": "refused", "type": "VerificationError", "message": message}))
+        return 0, ""
+
+    monkeypatch.setattr(sec_oracle, "_run_child", fake_child)
+    outcome = sec_oracle.Outcome()
+    sec_oracle.optimize_case(tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "d", tmp_path, {}, outcome)
+    assert bool(outcome.findings) == finding, outcome.findings
+    assert finding or outcome.note.startswith("refused: VerificationError: cannot check")
