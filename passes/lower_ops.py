@@ -620,9 +620,7 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
 
             elem = x.fn(tuple(full))
             if kind == "logsumexp":
-                # max-shifted like onnxruntime, so that large inputs do not overflow
-                full2, rvars2 = _fresh_copy(full, rvars)
-                m = reduce(x.fn(full2), "max", rvars2) if rvars else elem
+                m = _logsumexp_shift(x, full, rvars, count, reduce) if rvars else elem
                 return E.binary("add", E.unary("log", reduce(E.unary("exp", E.binary("sub", elem, m)), "sum")), m)
             if kind in _SUM_OF:
                 pre = _SUM_OF[kind]
@@ -656,6 +654,26 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
 # Relu, Floor or Ceil: they map unequal inputs to +0 and -0, and the max of [ceil(-0.5), ceil(0)] is the first
 # zero, -0, where ceil(max) is +0.
 _MONOTONE = frozenset({"sigmoid", "exp", "tanh"})
+
+
+def _logsumexp_shift(x: Lazy, full: list[Poly], rvars: list[Poly], count: Poly,
+                     reduce: Callable[[Expr, str, list[Poly]], Expr]) -> Expr:
+    """The shift m of onnxruntime's log(sum(exp(x - m))) + m (its ReduceAggregatorLogSumExp): the largest
+    finite element, starting from the row's first element, or from 0 where that one is +-inf. So a row holding
+    +inf gives +inf (m finite), not NaN (inf - inf), and [-inf, -1000] gives -inf (m = 0: exp(-1000) is 0), as
+    onnxruntime does. The first element is read only where the row is not empty."""
+    full2, rvars2 = _fresh_copy(full, rvars)
+    x2 = x.fn(full2)
+    inf = E.const(float("inf"), x.dtype)
+    finite = E.binary("lt", E.unary("abs", x2), inf)  # false for NaN
+    top = reduce(E.where(finite, x2, E.const(float("-inf"), x.dtype)), "max", rvars2)
+    first = x.fn(tuple(Poly.of(0) if p in rvars else p for p in full))
+    from_zero = E.binary("max", E.const(0.0, x.dtype), top)  # top is never NaN
+    first_inf = E.binary("eq", E.unary("abs", first), inf)
+    if count.const is None or count.const < 1:
+        first_inf = E.guarded_where(E.binary("gt", E.index_val(count), E.const(0, "int64")), first_inf,
+                                    E.Const(False, "bool"))
+    return E.where(first_inf, from_zero, top)
 
 
 def _fresh_copy(full: list[Poly], rvars: list[Poly]) -> tuple[tuple[Poly, ...], list[Poly]]:

@@ -229,3 +229,31 @@ def test_sigmoid_is_onnxruntimes_logistic_bit_for_bit(tmp_path: Path) -> None:
     got = load_session(tmp_path / "m.opt.onnx").run(None, {"x": x})[0]
     differ = want.view(np.int32) != got.view(np.int32)
     assert not differ.any(), f"{int(differ.sum())} of {x.size} differ, first at x = {x[differ][:5]}"
+
+
+def test_logsumexp_shifts_as_onnxruntime_does(tmp_path: Path) -> None:
+    """onnxruntime's ReduceLogSumExp shifts by the largest finite element, starting from the row's first one, or
+    from 0 where that is +-inf: a row holding +inf gives +inf (a shift by the plain max gave inf - inf = NaN), an
+    all-infinite row too, and [-inf, -1000] gives -inf (exp(-1000 - 0) is 0). The reduced axis is symbolic, so the
+    first element is read behind the row's length, and the empty row gives -inf."""
+    import onnxruntime as ort
+
+    import evonnx
+
+    model = make_model([node("Neg", ["x"], ["n"]), node("ReduceLogSumExp", ["n", "ax"], ["r"], keepdims=0),
+                        node("Add", ["r", "r"], ["y"])], [("x", F, ["R", 9])], [("y", F, 1)],
+                       {"ax": np.array([0], np.int64)})
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.opt.onnx"
+    onnx.save(model, str(src))
+    evonnx.optimize(src, dst, guard=False, planner="greedy")
+    assert any(n.op_type == "Fused" for n in onnx.load(str(dst)).graph.node)
+    inf = np.inf
+    columns = np.array([[1, inf, 2], [inf, inf, inf], [-inf, -1000, -1001], [-1000, -inf, 3], [inf, -5, -6],
+                        [-inf, -inf, -inf], [np.nan, 1, inf], [3, np.nan, 1], [80, 90, 100]], np.float32).T
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(dst)
+    for rows in (3, 2, 1, 0):
+        x = -columns[:rows].copy()  # negated by the model's Neg
+        (want,) = ref.run(None, {"x": x})
+        (got,) = opt.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{rows} rows")
