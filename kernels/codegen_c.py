@@ -23,6 +23,8 @@ from evonnx.expr import (
     Expr,
     Op,
     ValueTable,
+    children,
+    free_vars,
     substitute,
     walk,
 )
@@ -36,12 +38,14 @@ from evonnx.index import (
     Var,
     subs,
 )
-from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
+from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_const, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.schedule import (
+    LANES,
     MAX_UNROLL,
     TILE,
     Piece,
+    lane_axis,
     loop_var,
     nonempty_view,
     piece_loops,
@@ -51,6 +55,7 @@ from evonnx.kernels.schedule import (
     tables_in,
     temporaries,
     tile_axis,
+    unguarded_reductions,
 )
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
@@ -164,6 +169,11 @@ class _Kernel:
                 targets.append((oi, o.dtype))
         for _, e in roots:
             self.collect_tables(e)
+        lane = lane_axis(outer, inner, [e for _, e in roots]) if inner is not None else None
+        if inner is not None and lane is not None:
+            self._add_lane_task(outer, outer_ext, inner, inner_ext, lane, roots, targets, members,
+                                ua.extent if isinstance(ua, Var) else None)
+            return
         names = Names(cvars, self.sym_names, self.tables)
         row_body, body = _body(roots, targets, names, loop_var(inner) if inner is not None else None)
         fname = f"{self.spec.name}_task{len(self.runs)}"
@@ -221,6 +231,68 @@ class _Kernel:
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, "
                          f"{max(1, _cost([(pos, expr)]))} * {TILE} * ({print_poly(inner_ext, names)}));")
 
+    def _add_lane_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, lane: Var,
+                       roots: list[tuple[Poly, Expr]], targets: list[tuple[int, str]],
+                       members: list[tuple[int, KernelOutput, int, Piece, Expr, Poly]], unrolled: Poly | None) -> None:
+        """A task whose reductions are computed for LANES adjacent values of loop `lane` at once
+        (`schedule.lane_axis`, `cprint.lane_reduce`). Its unit is a row of the other outer loops and a block of
+        LANES along `lane`; the inner loop, when it is not the lane loop, runs inside the unit. What does not depend
+        on the inner loop is computed once per block (into arrays over the lanes when the lane loop is an outer
+        one)."""
+        jv = inner.atom()
+        assert isinstance(jv, Var)
+        on_inner = lane == jv
+        rest = [lp for lp in outer if lp.atom() != lane]
+        rest_ext = [e for lp, e in zip(outer, outer_ext, strict=True) if lp.atom() != lane]
+        lane_ext = inner_ext if on_inner else outer_ext[[lp.atom() for lp in outer].index(lane)]
+        cvars: dict[Var, str] = {lp.atom(): f"o{n}" for n, lp in enumerate(rest)}  # type: ignore[misc]
+        lane_name = "j" if on_inner else "w"
+        cvars[lane] = lane_name
+        if not on_inner:
+            cvars[jv] = "j"
+        names = Names(cvars, self.sym_names, self.tables)
+        bind = f"const int64_t {lane_name} = l0 + ll;"
+        decls: list[str] = []
+        row_lanes: list[str] = []
+        lanes: list[str] = []
+        fv: dict[Expr, frozenset[object]] = {}
+        for red in unguarded_reductions([e for _, e in roots]):
+            if lane in free_vars(red, fv):  # type: ignore[arg-type]
+                per_row = not on_inner and jv not in free_vars(red, fv)  # type: ignore[arg-type]
+                (row_lanes if per_row else lanes).extend(lane_reduce(red, names, bind, LANES))
+        row_body, body = _body(roots, targets, names, lane if on_inner else jv,
+                               row_arrays=None if on_inner else decls, lane_index="ll")
+        fname = f"{self.spec.name}_task{len(self.runs)}"
+        rng = len(self.runs)
+        unravel, _ = _odometer(rest_ext, names)
+        parts = "; ".join(f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
+                          + ")" for oi, o, pi, piece, _, _ in members)
+        note = (parts + "; rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
+                + ("" if on_inner else f", j<{jv.extent}") + (f", {unrolled} unrolled" if unrolled is not None else "")
+                + f"; reductions for {LANES} lanes of {lane_name}<{lane.extent} at once")
+        def lane_loop(text: str, indent: str) -> list[str]:
+            lines = with_binding(f"{indent}    {bind}", [text]) if text.strip() else []
+            return [f"{indent}for (int64_t ll = 0; ll < ln; ++ll) {{", *lines, f"{indent}}}"]
+
+        unit: list[str] = []
+        if on_inner:  # what does not depend on j, once per block; then the block's reductions and elements
+            unit += [_indented(row_body, ""), *("        " + ln for ln in lanes), *lane_loop(body, "        ")]
+        else:
+            unit += ["        " + ln for ln in row_lanes]
+            if decls:
+                unit += ["        " + d for d in decls] + lane_loop(_indented(row_body, "    "), "        ")
+            unit += ["        for (int64_t j = 0; j < ext; ++j) {", *("            " + ln for ln in lanes),
+                     *lane_loop(_indented(body, "    "), "            "), "        }"]
+        self.tasks.append(_template("task_lanes.c").substitute(
+            kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
+            bindings=self._bindings(), lane_extent=print_poly(lane_ext, names),
+            inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "),
+            unit="\n".join(ln for ln in unit if ln.strip())))
+        units = f"{print_poly(prod(rest_ext), names)} * (({print_poly(lane_ext, names)} + {LANES - 1}) / {LANES})"
+        work = max(1, len(roots)) * (max(1, _cost(roots)) + _reduce_work(roots))
+        per_unit = f"{work} * {LANES}" + ("" if on_inner else f" * ({print_poly(inner_ext, names)})")
+        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, {per_unit});")
+
     def _bindings(self) -> str:
         lines = []
         for k, i in enumerate(self.spec.inputs):
@@ -240,6 +312,17 @@ def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:
     for _, e in roots:
         seen.update(x for x in walk(e) if isinstance(x, Op))
     return max(1, len(seen) // max(1, len(roots)))
+
+
+def _reduce_work(roots: Sequence[tuple[Poly, Expr]]) -> int:
+    """Element-operations of the roots' reductions per element: each one's length (16 where it is not a constant)
+    times the operations of its body."""
+    work = 0
+    for red in unguarded_reductions([e for _, e in roots]):
+        v = red.bound()
+        n = v.extent.const if isinstance(v, Var) else 1
+        work += (16 if n is None else int(n)) * max(1, sum(1 for x in walk(red.body) if isinstance(x, Op)))
+    return min(work, 1 << 20)
 
 
 def _odometer(outer_ext: Sequence[Poly], names: Names) -> tuple[str, str]:
@@ -278,14 +361,25 @@ def _indented(text: str, more: str) -> str:
 
 
 def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], names: Names,
-          inner: Var | None, into: str | None = None, row_arrays: list[str] | None = None) -> tuple[str, str]:
+          inner: Var | None, into: str | None = None, row_arrays: list[str] | None = None,
+          lane_index: str = "ww") -> tuple[str, str]:
     """Statements computing every root and storing it to its target (output slot, element type): (per row, before
     the inner loop; inside the inner loop). `into` names one C lvalue that takes the single root instead. With
-    `row_arrays` (a tiled task), the per-row temporaries are arrays over a tile's rows, `tK[ww]`, whose
-    declarations are appended to it."""
+    `row_arrays` (a tiled or lane task), the per-row temporaries are arrays over a block's rows or lanes,
+    `tK[<lane_index>]`, whose declarations are appended to it. Reductions in `names.lane_results` are computed
+    already, and their bodies print nothing here."""
     temps: dict[Expr, str] = {}
     row_lines: list[str] = []
     lines: list[str] = []
+    # what the statements below reach: not the bodies of reductions computed already
+    reach: set[Expr] = set()
+    stack = [e for _, e in roots]
+    while stack:
+        x = stack.pop()
+        if x not in reach:
+            reach.add(x)
+            if x not in names.lane_results:
+                stack.extend(children(x))
 
     def sub(x: Expr) -> str:
         if x in temps:
@@ -299,13 +393,15 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
         into.append(indent + line)
 
     for x, per_row in temporaries(roots, inner):
+        if x not in reach:
+            continue
         names.pre = []
         code = print_expr(x, names, sub)
         name = f"t{len(temps)}"
         if per_row and row_arrays is not None:
             row_arrays.append(f"{CTYPE[x.dtype]} {name}[{TILE}];")
-            emit(row_lines, "        ", f"{name}[ww] = {code};")
-            name += "[ww]"
+            emit(row_lines, "        ", f"{name}[{lane_index}] = {code};")
+            name += f"[{lane_index}]"
         else:
             emit(row_lines if per_row else lines, "        " if per_row else "            ",
                  f"const {CTYPE[x.dtype]} {name} = {code};")

@@ -8,6 +8,7 @@ two's-complement arithmetic does, instead of C's undefined behaviour.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -44,6 +45,8 @@ class Names:
         # statements to print before the statement being printed (a reduction's loop), or None where there is no
         # such place (the expression must stay one expression)
         self.pre: list[str] | None = None
+        # reductions already computed for a block of lanes (`lane_reduce`): their per-lane result expressions
+        self.lane_results: dict[Expr, str] = {}
 
     def fresh_loop(self) -> str:
         """A C name for one printed reduction loop, never reused (a reduction printed twice gets two)."""
@@ -114,6 +117,8 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     products round differently from one sequential chain, as onnxruntime's own vectorised ones do, and are
     checked with a tolerance. ArgMax/ArgMin take the vectorised extreme, then the first (or, with
     select_last_index, the last) index holding it."""
+    if e in names.lane_results:
+        return names.lane_results[e]
     v = e.var.atom()
     assert isinstance(v, Var)
     r = names.fresh_loop()
@@ -186,6 +191,76 @@ def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], s
     return ([f"{t} {r}_acc = {_extreme(e.dtype, e.op == 'max')};",
              *_loop(loop, [*value, f"{r}_acc = ({r} == 0 || {r}_v {'>' if e.op == 'max' else '<'} {r}_acc) ? {r}_v : "
                                    f"{r}_acc;"])], f"{r}_acc")
+
+
+def with_binding(bind: str, statements: Sequence[str]) -> list[str]:
+    """`statements` after the declaration `bind` (`const int64_t NAME = ...;`) where they read NAME."""
+    name = bind.split("=")[0].split()[-1]
+    used = any(re.search(rf"\b{name}\b", st) for st in statements)
+    return [bind, *statements] if used else list(statements)
+
+
+def lane_reduce(e: Reduce, names: Names, bind: str, lanes: int) -> list[str]:
+    """Statements computing reduction `e` for a block of up to `lanes` adjacent elements at once, and records its
+    per-lane result in `names.lane_results` (an expression of the lane index `ll`).
+
+    The reduction's loop is outside and a loop over the block's lanes (`ll` < `ln`, each lane's loop variable
+    bound by `bind`) inside, with one accumulator per lane: where the body reads contiguously along the lanes but
+    with a stride along the reduced axis, gcc vectorises the lane loop with plain loads (schedule.lane_axis). Each
+    lane accumulates in the reduced axis' order, and max/min/argmax/argmin keep onnxruntime's rules (from element
+    0, a strictly better element replaces it: NaN at element 0 wins, a later one is skipped). The body is printed
+    as one expression; the reductions inside it must be in `names.lane_results` already."""
+    v = e.var.atom()
+    assert isinstance(v, Var)
+    r = names.fresh_loop()
+    names.vars[v] = r
+    ext = print_poly(v.extent, names)
+    saved, names.pre = names.pre, None  # a reduction nested in the body and not on lanes: a statement expression
+
+    def inline(x: Expr) -> str:
+        return print_expr(x, names, inline)
+
+    body = inline(e.body)
+    names.pre = saved
+    t = CTYPE[e.body.dtype]
+    floating = e.body.dtype in FLOATS
+
+    def per_lane(statements: Sequence[str]) -> list[str]:
+        return ['_Pragma("omp simd")', *_loop("for (int64_t ll = 0; ll < ln; ++ll)", with_binding(bind, statements))]
+
+    def init(decls: Sequence[tuple[str, str, str]]) -> list[str]:
+        """Arrays of one accumulator per lane, (C type, name, initial value)."""
+        return ([f"{ct} {name}[{lanes}];" for ct, name, _ in decls]
+                + _loop(f"for (int64_t ll = 0; ll < {lanes}; ++ll)", [f"{name}[ll] = {v0};" for _, name, v0 in decls]))
+
+    value = f"const {t} {r}_v = {body};"
+    loop = f"for (int64_t {r} = 0; {r} < {ext}; ++{r})"
+    if e.op in _IDENTITY:
+        op = "+" if e.op == "sum" else "*"
+        lines = [*init([(t, f"{r}_acc", print_const(_IDENTITY[e.op], e.dtype))]),
+                 *_loop(loop, per_lane([value, f"{r}_acc[ll] = {r}_acc[ll] {op} {r}_v;"]))]
+        result = f"{r}_acc[ll]"
+    elif e.op in ("max", "min"):
+        cmp = ">" if e.op == "max" else "<"
+        step = [value, f"{r}_acc[ll] = {r}_v {cmp} {r}_acc[ll] ? {r}_v : {r}_acc[ll];"]
+        decls = [(t, f"{r}_acc", _extreme(e.dtype, e.op == "max"))]
+        result = f"{r}_acc[ll]"
+        if floating:  # the extreme skips every NaN (a NaN never compares better); element 0's is kept apart
+            decls.append(("int", f"{r}_nan0", "0"))
+            step.append(f"{r}_nan0[ll] |= ({r} == 0) & ({r}_v != {r}_v);")
+            result = f"({r}_nan0[ll] ? ({t})NAN : {r}_acc[ll])"
+        lines = [*init(decls), *_loop(loop, per_lane(step))]
+    elif e.op in ("argmax", "argmin"):
+        better = (">" if e.op == "argmax" else "<") + ("=" if e.attr else "")
+        lines = [*init([(t, f"{r}_best", _extreme(e.body.dtype, e.op == "argmax")), ("int64_t", f"{r}_at", "0")]),
+                 *_loop(loop, per_lane([value, f"const int {r}_take = ({r} == 0) | ({r}_v {better} {r}_best[ll]);",
+                                        f"{r}_best[ll] = {r}_take ? {r}_v : {r}_best[ll];",
+                                        f"{r}_at[ll] = {r}_take ? {r} : {r}_at[ll];"]))]
+        result = f"{r}_at[ll]"
+    else:
+        raise TypeError(f"cannot print reduction {e.op}")
+    names.lane_results[e] = result
+    return lines
 
 
 _RANGE = {t: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in UTYPE.keys() | {"uint8", "uint16", "uint32",

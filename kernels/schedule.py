@@ -415,6 +415,87 @@ def tile_axis(outer: Sequence[Poly], inner: Poly, expr: Expr, pos: Poly, itemsiz
     return None
 
 
+def unguarded_reductions(exprs: Sequence[Expr]) -> list[Reduce]:
+    """The reductions of `exprs` that are computed whatever the selects choose (not inside a guarded select
+    branch, whose reads must not run unless taken), each once, every reduction after those in its body."""
+    out: dict[Reduce, None] = {}
+    seen: set[Expr] = set()
+    for e in exprs:
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            x, done = stack.pop()
+            if done:
+                if isinstance(x, Reduce):
+                    out[x] = None
+                continue
+            if x in seen:
+                continue
+            seen.add(x)
+            stack.append((x, True))
+            if isinstance(x, Op):
+                args = x.args[:1] if x.attr == "guard" else x.args
+                stack.extend((a, False) for a in reversed(args))
+            elif isinstance(x, Reduce):
+                stack.append((x.body, False))
+    return list(out)
+
+
+LANES = 8
+MAX_LANE_BODY = 400  # nodes of a lane reduction's body, printed as one expression (its subexpressions inline)
+
+
+def lane_axis(outer: Sequence[Poly], inner: Poly, exprs: Sequence[Expr]) -> Var | None:
+    """The loop along which to compute reductions for LANES adjacent elements at once, or None.
+
+    A reduction is printed inside the element's loops, its own loop innermost. Where its body reads along the
+    reduced axis with a stride (RetinaNet's max over 80 classes, 6400 floats apart; a softmax over YOLOv8's 16 DFL
+    bins), that loop gathers. Where those reads are contiguous along a loop `L` of the element instead, the
+    reduction pays computed for LANES consecutive values of `L` at once: its loop outside, a vectorised loop over
+    the lanes inside, one accumulator per lane. `L` is the inner loop where it qualifies (its stores stay
+    contiguous), else the innermost outer loop that does. It qualifies when every load in the bodies of the
+    reductions that depend on it is linear in it with stride 0 or 1, and one of them reads with stride 1 but
+    strides along the reduced axis; and it is not known to be shorter than LANES."""
+    reds = unguarded_reductions(exprs)
+    if not reds:
+        return None
+    fv: dict[Expr, frozenset[Atom]] = {}
+    candidates = [inner, *reversed(outer)]
+    for lp in candidates:
+        lane = lp.atom()
+        if not isinstance(lane, Var) or ((n := lane.extent.const) is not None and n < LANES):
+            continue
+        pays = False
+        fits = True
+        for red in reds:
+            if lane not in free_vars(red, fv):
+                continue
+            r = red.bound()
+            for x in walk(red.body):
+                if not isinstance(x, Load):
+                    continue
+                c = x.index.coefficient(lane)
+                if c is None or c.const not in (0, 1):
+                    fits = False
+                    break
+                cr = x.index.coefficient(r)
+                pays = pays or (c.const == 1 and (cr is None or cr.const not in (0, 1)))
+            if not fits or _tree_size(red.body, set(reds), MAX_LANE_BODY) > MAX_LANE_BODY:
+                fits = False
+                break
+        if fits and pays:
+            return lane
+    return None
+
+
+def _tree_size(e: Expr, leaves: set[Reduce], cap: int) -> int:
+    """Nodes of `e` printed as one expression (a shared subexpression counts at each use; `leaves` count 1), or
+    some number above `cap`."""
+    memo: dict[Expr, int] = {}
+    for x in walk(e):
+        memo[x] = 1 if x in leaves else min(cap + 1, 1 + sum(memo[c] for c in children(x)))
+    return memo[e]
+
+
 def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[tuple[Expr, bool]]:
     """Which subexpressions of the roots become temporaries, in an order that defines each before its use, and
     whether each is computed once per row (True: it does not depend on the inner loop variable `inner`).

@@ -1,0 +1,22 @@
+
+/* $kernel: $note */
+EVO_TASK static void ${fname}(void *vctx, size_t task) {
+    const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
+    const evo_range *rg = &c->ranges[$range];
+    int evo_zero = 0; /* an integer divisor was 0 (evo_nz_*) */
+$bindings
+    const int64_t lext = $lane_extent;
+    const int64_t ext = $inner_extent;
+    int64_t first = (int64_t)task * rg->per;
+    int64_t end = first + rg->per < rg->total ? first + rg->per : rg->total;
+    const int64_t lblocks = (lext + 7) / 8;
+    for (int64_t r = first; r < end; ++r) {
+        int64_t row = r / lblocks;
+$unravel
+        const int64_t l0 = r % lblocks * 8;
+        const int64_t ln = lext - l0 < 8 ? lext - l0 : 8;
+$unit
+    }
+    (void)ext;
+    if (evo_zero) __atomic_store_n((int *)&c->zero_div, 1, __ATOMIC_RELAXED);
+}
