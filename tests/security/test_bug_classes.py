@@ -136,6 +136,27 @@ def test_dead_node_errors_are_matched_by_full_name(tmp_path: Path) -> None:
     assert not _error_in_dead_node({"model": str(path)}, err.format("a'"))
 
 
+def test_a_value_error_is_excused_only_in_a_node_whose_values_nobody_reads(tmp_path: Path) -> None:
+    # Mod -> Shape -> output: only the Mod's shape is read. onnxruntime still runs it and fails on a zero divisor;
+    # evonnx computes the shape at plan time (fuzz seed 150014). A shape error in that node is no such excuse, and
+    # the same Mod read for its values is not excused at all.
+    from sec_oracle import _error_in_dead_node
+
+    i32 = TensorProto.INT32
+    shape_only = make_model([node("Mod", ["a", "b"], ["m"]), node("Shape", ["m"], ["y"])],
+                            [("a", i32, ["N"]), ("b", i32, ["N"])], [("y", TensorProto.INT64, 1)], {})
+    read = make_model([node("Mod", ["a", "b"], ["m"]), node("Shape", ["m"], ["s"]), node("Neg", ["m"], ["y"])],
+                      [("a", i32, ["N"]), ("b", i32, ["N"])], [("y", i32, 1), ("s", TensorProto.INT64, 1)], {})
+    err = "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Mod node. Name:'Mod_m' " \
+          "Status Message: element_wise_ops.cc:2256 operator() {}"
+    for name, model in (("shape_only", shape_only), ("read", read)):
+        onnx.save(model, str(tmp_path / f"{name}.onnx"))
+    shape_only_run, read_run = ({"model": str(tmp_path / f"{n}.onnx")} for n in ("shape_only", "read"))
+    assert _error_in_dead_node(shape_only_run, err.format("Integer modulo by zero"))
+    assert not _error_in_dead_node(shape_only_run, err.format("Mod: left operand cannot broadcast"))
+    assert not _error_in_dead_node(read_run, err.format("Integer modulo by zero"))
+
+
 # -- fuzz findings whose class is fixed, replayed as found ------------------------------------------------------
 REPLAYS = sorted((Path(__file__).resolve().parent / "replays").glob("*.onnx"))
 # Replays whose right outcome is a clean refusal: onnxruntime runs the original at no generated input (a constant
