@@ -372,6 +372,11 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
             return f"(({t})({a[0]} != 0))"
         if src in FLOATS and e.dtype in INTS:
             return f"evo_f2{SUFFIX[e.dtype]}({a[0]})"  # defined out of range (kernels/templates/helpers.h)
+        if src in INTS and e.dtype in FLOATS:
+            # + 0.0, a no-op on every integer's value, keeps a zero +0.0: with -fno-trapping-math and SSE4.1 (the
+            # x86-64-v3 clone), gcc 12 folds (float)(int64_t)x into truncf(x), which gives -0.0 for x in (-1, 0)
+            # where onnxruntime's Cast to int and back gives +0.0 (fuzz seed 160001)
+            return f"(({t}){a[0]} + evo_pzero_{SUFFIX[e.dtype]}())"
         return f"(({t}){a[0]})"
     if op == "neg":
         # "- x", not "-x": a literal -0.0f after a bare minus would read as the decrement operator

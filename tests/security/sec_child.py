@@ -1,7 +1,8 @@
 """The child process of the security tests: whatever it runs may crash, hang or execute injected code.
 
     python sec_child.py optimize SRC DST DUMP_DIR RESULT_JSON [SHAPES_JSON]
-        evonnx.api.optimize(SRC, DST, dump_dir=DUMP_DIR[, shapes=...]) with its own check; writes RESULT_JSON:
+        evonnx.api.optimize(SRC, DST, dump_dir=DUMP_DIR[, shapes=...]) with its own check, the planner
+        $EVONNX_SEC_PLANNER (default search); writes RESULT_JSON:
         {"status": "ok", "fused": n} | {"status": "refused", "type", "message"} (an EvonnxError)
         | {"status": "exception", "type", "message", "traceback"} (any other exception: a finding).
 
@@ -31,7 +32,8 @@ def optimize(src: str, dst: str, dump: str, result: str, shapes: str = "") -> in
 
     out: dict[str, object]
     try:
-        api.optimize(src, dst, dump_dir=dump, **({"shapes": json.loads(shapes)} if shapes else {}))
+        api.optimize(src, dst, dump_dir=dump, planner=os.environ.get("EVONNX_SEC_PLANNER", "search"),
+                     **({"shapes": json.loads(shapes)} if shapes else {}))
     except EvonnxError as e:
         out = {"status": "refused", "type": type(e).__name__, "message": str(e)}
     except BaseException as e:  # noqa: BLE001 - any other exception escaping optimize is what we look for

@@ -688,12 +688,20 @@ def check_case(case: Case, work: Path, marker: Path, env_extra: Mapping[str, str
     return outcome
 
 
-def save_finding(case: Case, outcome: Outcome, folder: Path, key: str) -> Path:
-    """Keeps the failing model and a summary next to it; returns the model's path."""
+def save_finding(case: Case, outcome: Outcome, folder: Path, key: str, planner: str = "search") -> Path:
+    """Keeps the failing model and a summary next to it (the planner it was optimized with on the line after the
+    case, see `finding_planner`); returns the model's path."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.onnx"
     onnx.save(case.model, str(path))
     (folder / f"{key}.txt").write_text(
         f"{case.describe()}\nexact: {case.exact}; file name {case.file_name!r}; seed {case.seed}\n"
-        + "\n".join(outcome.findings) + "\n")
+        f"planner: {planner}\n" + "\n".join(outcome.findings) + "\n")
     return path
+
+
+def finding_planner(path: Path) -> str:
+    """The planner a kept finding was optimized with (`save_finding`; findings kept before it was recorded: the
+    default one)."""
+    m = re.search(r"^planner: (\w+)$", path.with_suffix(".txt").read_text(), re.M)
+    return m.group(1) if m else "search"

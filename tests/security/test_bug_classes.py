@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sec_graphs import I64_MAX, case_from_finding, case_from_model
 from sec_models import REGRESSIONS, make_model, node
-from sec_oracle import check_case
+from sec_oracle import check_case, finding_planner
 from sec_payloads import TEMPLATES, Canary, escaped_identifiers, payload
 
 pytestmark = pytest.mark.compiler
@@ -168,7 +168,8 @@ REFUSED_REPLAYS = {"case003193-6725a008", "case001389-21aa2b26"}
 @pytest.mark.parametrize("path", REPLAYS, ids=[p.stem for p in REPLAYS])
 def test_fuzz_finding_replays(path: Path, tmp_path: Path) -> None:
     case = case_from_finding(path)
-    outcome = check_case(case, tmp_path / "case", tmp_path / "no-marker")
+    outcome = check_case(case, tmp_path / "case", tmp_path / "no-marker",
+                         env_extra={"EVONNX_SEC_PLANNER": finding_planner(path)})
     if outcome.findings:
         pytest.fail("\n".join([case.describe()] + outcome.findings), pytrace=False)
     if path.stem in REFUSED_REPLAYS:
