@@ -460,6 +460,11 @@ def lane_axis(outer: Sequence[Poly], inner: Poly, exprs: Sequence[Expr]) -> Var 
         return None
     fv: dict[Expr, frozenset[Atom]] = {}
     candidates = [inner, *reversed(outer)]
+    loops = {lp.atom() for lp in candidates}
+    if any(not free_vars(red, fv) <= loops for red in reds):
+        # a reduction inside another that reads the outer one's variable (ReduceMin over two axes) is computed
+        # within the outer's loop, not ahead of it for a block of lanes (fuzz seed 170011)
+        return None
     for lp in candidates:
         lane = lp.atom()
         if not isinstance(lane, Var) or ((n := lane.extent.const) is not None and n < LANES):

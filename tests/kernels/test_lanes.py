@@ -131,3 +131,17 @@ def test_lane_axis_takes_a_loop_read_contiguously_by_a_strided_reduction() -> No
     guarded = Op("where", (Op("lt", (Load(1, w, "float32"), Load(1, w, "float32")), "bool"), strided,
                           Load(0, w, "float32")), "float32", "guard")
     assert lane_axis([w], a, [guarded]) is None  # a reduction under a guarded select runs per element
+
+
+def test_a_reduction_over_two_axes_is_not_computed_ahead_on_lanes(tmp_path: Path) -> None:
+    """ReduceMin over (C, H) is a reduction over H inside one over C that reads C: it must stay inside the outer
+    loop (lanes would compute it ahead, where C is not bound: fuzz seed 170011 ended in a KeyError)."""
+    nodes = [helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Constant", [], ["ax"], value=onnx.numpy_helper.from_array(np.array([1, 2], np.int64))),
+             helper.make_node("ReduceMin", ["n", "ax"], ["y"], keepdims=0)]
+    src = _model(tmp_path, nodes, ["N", "W"])
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False, planner="greedy")
+    x = _floats((2, C, 3, 17), np.random.default_rng(0))
+    (want,) = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
