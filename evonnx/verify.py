@@ -257,6 +257,23 @@ def _large_plan(model: onnx.ModelProto, classes: Sequence[Sequence[str]], small:
 _DECISIONS = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal", "Cast")
 
 
+def _large_integers_round(ref: np.ndarray, got: np.ndarray, result: CheckResult) -> bool:
+    """Whether the integer output of an inexact kernel differs only where float32 rounding shows in a large
+    integer: within float32's relative tolerance of onnxruntime's value (never at magnitudes below 1 / RTOL,
+    where the step between neighbouring floats is below 1 and any difference is a decision, `_flips_at_thresholds`).
+    Exp's last bit against onnxruntime's, cast to int64, moves 6.2e16 by 2^32 (fuzz seed 170001). Counted in
+    `result.flips`."""
+    if ref.dtype.kind not in "iu":
+        return False
+    bad = ref != got
+    r, g = ref[bad].astype(np.float64), got[bad].astype(np.float64)
+    rtol = RTOL["float32"]
+    if not (np.abs(g - r) <= rtol * np.abs(r)).all():
+        return False
+    result.flips += int(bad.sum())
+    return True
+
+
 def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], ref: np.ndarray,
                          got: np.ndarray, result: CheckResult) -> bool:
     """Whether every difference in the integer or bool output `name` of an inexact kernel is a decision on a float
@@ -381,8 +398,9 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
             try:
                 _compare(out.name, ref, got, exact, result, out.name in signed)
             except VerificationError:
-                if exact or ref.dtype.kind in "fc" or ref.shape != got.shape \
-                        or not _flips_at_thresholds(original, out.name, feeds, ref, got, result):
+                if exact or ref.dtype.kind in "fc" or ref.shape != got.shape or not (
+                        _large_integers_round(ref, got, result)
+                        or _flips_at_thresholds(original, out.name, feeds, ref, got, result)):
                     raise
         return True
 

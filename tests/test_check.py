@@ -181,6 +181,21 @@ def test_decisions_flipped_at_their_threshold_are_told_apart_from_wrong_ones(tmp
     assert not _flips_at_thresholds(model, "k", feeds, np.zeros(4, np.int64), np.array([0, 0, 1, 0]), result)
 
 
+def test_large_integers_of_inexact_kernels_may_round_but_small_ones_may_not() -> None:
+    # int64(exp(x)) at 6.2e16 moves by 2^32 with exp's last bit (fuzz seed 170001); an index of 100 against 101 is a
+    # decision, never rounding
+    from evonnx.verify import CheckResult, _large_integers_round
+
+    result = CheckResult()
+    ref = np.array([62478996629094400, 5, 100], np.int64)
+    assert _large_integers_round(ref, ref + np.array([1 << 32, 0, 0]), result)
+    assert result.flips == 1
+    assert not _large_integers_round(ref, ref + np.array([1 << 32, 1, 0]), result)
+    assert not _large_integers_round(ref, ref + np.array([0, 0, 1]), result)
+    assert not _large_integers_round(ref, ref + np.array([1 << 45, 0, 0]), result)  # 5.6e-4 relative: too far
+    assert not _large_integers_round(ref.astype(np.float32), ref.astype(np.float32), result)  # floats: not here
+
+
 def test_the_reference_is_the_model_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # onnxruntime's own optimizations may behave otherwise on a model carrying ONNX's inferred shapes (torchvision
     # FCOS: a Reshape of an empty tensor fails only with them), so the check runs the file's model, not evonnx's
