@@ -26,7 +26,7 @@ from evonnx.measure import Comparison, MeasureError, compare_models, profile_nod
 from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.records import FusionPlan, KernelSpec
-from evonnx.verify import CheckResult, _symbols, check_models, check_sizes, make_inputs
+from evonnx.verify import CheckResult, check_models, check_sizes, input_symbols, make_inputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -342,7 +342,7 @@ def _guard_feeds(as_written: onnx.ModelProto, sizes: Mapping[str, int] | None,
                  shapes: Mapping[str, Sequence[int]] | None, errors: list[str]) -> Iterator[dict[str, np.ndarray]]:
     """The guard's input sets, in order: the sizes given, else every symbol at 64, 256, 5, then 3. A size at which
     no input set can be synthesized (a scatter would write twice, ...) is skipped, its reason kept in `errors`."""
-    symbols = [s for s in _symbols(as_written) if s not in (sizes or {})]
+    symbols = [s for s in input_symbols(as_written) if s not in (sizes or {})]
     for size in (64, 256, 5, 3) if symbols else (0,):
         try:
             yield make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)

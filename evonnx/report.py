@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
+
+if TYPE_CHECKING:  # api imports this module when it writes a report
+    from evonnx.api import OptimizeResult
+    from evonnx.passes.pipeline import PipelineResult
 
 
 def _traffic(nodes: list[tuple[str, list[str]]], nbytes: dict[str, float]) -> float:
@@ -26,7 +30,8 @@ def _traffic(nodes: list[tuple[str, list[str]]], nbytes: dict[str, float]) -> fl
                if op not in FREE_OPS and op != "Constant")
 
 
-def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner: str) -> dict[str, Any]:
+def build_report(result: OptimizeResult, pipeline: PipelineResult, out_model: onnx.ModelProto,
+                 planner: str) -> dict[str, Any]:
     from evonnx.passes.classify import MapKind, classify
 
     g, an = pipeline.graph, pipeline.analysis
@@ -55,14 +60,14 @@ def build_report(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner
         "groups": [{"kernel": k.name, "nodes": list(k.source_nodes), "ops": list(k.source_ops), "exact": k.exact}
                    for k in result.kernels],
         "rejected": [{"node": r.node, "op": r.op, "reason": r.reason} for r in result.plan.rejected],
-        "folded_by_onnxruntime": list(getattr(result, "folded", [])),
+        "folded_by_onnxruntime": list(result.folded),
         "check": check,
-        "guard": result.guard.as_dict() if getattr(result, "guard", None) is not None else None,
+        "guard": result.guard.as_dict() if result.guard is not None else None,
         "cost_model": asdict(pipeline.cost_model),
         "seconds": round(result.seconds, 3),
     }
 
 
-def report_json(result: Any, pipeline: Any, out_model: onnx.ModelProto, planner: str) -> str:
+def report_json(result: OptimizeResult, pipeline: PipelineResult, out_model: onnx.ModelProto, planner: str) -> str:
     """The report as JSON text; `optimize` stages it with the model and renames both into place together."""
     return json.dumps(build_report(result, pipeline, out_model, planner), indent=1, sort_keys=True) + "\n"

@@ -66,7 +66,9 @@ class CheckResult:
                 f"{self.max_rel_err:.2g}{flips}{skipped}")
 
 
-def _symbols(model: onnx.ModelProto) -> list[str]:
+def input_symbols(model: onnx.ModelProto) -> list[str]:
+    """The size symbols of `model`'s inputs in order of appearance: each dim_param, and `input:axis` for a dim
+    with neither a name nor a value."""
     out: list[str] = []
     for i in model.graph.input:
         for k, d in enumerate(i.type.tensor_type.shape.dim):
@@ -116,7 +118,7 @@ def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
     """Refuse a check that would ask for terabytes, before any work: a tensor whose shape is known above
     MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size."""
     _check_static_sizes(model)
-    base = {**{s: 3 for s in _symbols(model)}, **(sizes or {})}
+    base = {**{s: 3 for s in input_symbols(model)}, **(sizes or {})}
     init = {t.name for t in model.graph.initializer}
     for i in model.graph.input:
         if i.name not in init:
@@ -425,7 +427,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
             raise VerificationError(f"onnxruntime rejects your inputs {label} on the original model: "
                                     f"{state['last_error']}")
         result.user_sets += 1
-    symbols = _symbols(original)
+    symbols = input_symbols(original)
     if sizes or shapes or not symbols:
         run_plan(dict(sizes or {}))
     else:
