@@ -204,13 +204,80 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     except onnx.shape_inference.InferenceError:
         return None
     _name_nodes(folded)
+    _positive_axes_where_rewritten(folded)
     return folded
 
 
+# reductions whose axes onnxruntime looks up as written on an empty input (lower_ops._empty_quirk)
+_AXES_OPS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                       "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin"})
+
+
+def _written_axes(n: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[int] | None:
+    """The axes of reduction `n` as written (attribute or constant input), or None."""
+    for a in n.attribute:
+        if a.name in ("axes", "axis"):
+            return [int(v) for v in (a.ints if a.name == "axes" else [a.i])]
+    if len(n.input) > 1 and n.input[1] in consts:
+        return [int(v) for v in consts[n.input[1]].reshape(-1)]
+    return None
+
+
+def _positive_axes_where_rewritten(model: onnx.ModelProto) -> None:
+    """Writes the axes of a reduction positive where onnxruntime's transpose optimizer rewrites it.
+
+    onnxruntime keeps an axis written negatively at its input size when the input is empty (`_empty_quirk`), and
+    evonnx reproduces that. But onnxruntime's transpose optimizer (part of every session, unlike in
+    `fold_like_onnxruntime`) pushes a Transpose through a reduction and writes the new node's axes positive, and
+    the quirk is gone: Transpose -> ReduceMean(axes=[-4, -3, -1]) of an empty input gave [1, 1, 0, 1], and evonnx's
+    [1, 3, 0, 0] failed the check (fuzz seed 180001). So the model is loaded once more with that optimizer, and a
+    reduction with a negative axis whose output no longer comes from a node of its kind with the same axes is
+    written with its axes positive, as onnxruntime will run it."""
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = onnx.numpy_helper.to_array(n.attribute[0].t)
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in [*model.graph.input, *model.graph.value_info]
+             if vi.type.tensor_type.HasField("shape")}
+    negative = [n for n in model.graph.node if n.op_type in _AXES_OPS and n.domain in ("", "ai.onnx")
+                and any(a < 0 for a in _written_axes(n, consts) or []) and n.input and n.input[0] in ranks]
+    if not negative:
+        return
+    try:
+        data = model.SerializeToString()
+    except ValueError:
+        return
+    written = _ort_basic(data, transposes=True)
+    if written is None:
+        return
+    seen = onnx.load_model_from_string(written)
+    seen_consts = {t.name: onnx.numpy_helper.to_array(t) for t in seen.graph.initializer}
+    kept = {(n.op_type, n.output[0], tuple(_written_axes(n, seen_consts) or ())) for n in seen.graph.node if n.output}
+    for n in negative:
+        axes = _written_axes(n, consts) or []
+        if (n.op_type, n.output[0], tuple(axes)) in kept:
+            continue
+        rank = ranks[n.input[0]]
+        positive = [a + rank if a < 0 else a for a in axes]
+        attr = next((a for a in n.attribute if a.name in ("axes", "axis")), None)
+        if attr is not None and attr.name == "axes":
+            del attr.ints[:]
+            attr.ints.extend(positive)
+        elif attr is not None:
+            attr.i = positive[0]
+        else:
+            taken = {t for m in model.graph.node for t in [*m.input, *m.output]} | set(consts)
+            name = next(f"{n.output[0]}__positive_axes{k or ''}" for k in range(len(taken) + 1)
+                        if f"{n.output[0]}__positive_axes{k or ''}" not in taken)
+            model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(positive, np.int64), name))
+            n.input[1] = name
+
+
 @isolated
-def _ort_basic(model: bytes) -> bytes | None:
-    """`model` as onnxruntime writes it back after its basic optimizations, run in evonnx's worker process; None
-    when onnxruntime refuses it. Its temporary folder is removed."""
+def _ort_basic(model: bytes, transposes: bool = False) -> bytes | None:
+    """`model` as onnxruntime writes it back after its basic optimizations (with `transposes`, its transpose
+    optimizer too), run in evonnx's worker process; None when onnxruntime refuses it. Its temporary folder is
+    removed."""
     import tempfile
 
     import onnxruntime as ort
@@ -226,7 +293,7 @@ def _ort_basic(model: bytes) -> bytes | None:
             # not its transpose optimizer: moving Transposes through elementwise ops is what a kernel does anyway,
             # and the rewritten nodes lose their names (reports, `leave`)
             ort.InferenceSession(model, so, providers=["CPUExecutionProvider"],
-                                 disabled_optimizers=["TransposeOptimizer"])
+                                 disabled_optimizers=[] if transposes else ["TransposeOptimizer"])
             return out.read_bytes()
         except Exception:  # noqa: BLE001 - onnxruntime raises several unrelated types; plan on the model as is
             return None

@@ -279,3 +279,31 @@ def test_cast_to_int_and_back_keeps_a_positive_zero(to: int, tmp_path: Path) -> 
     (got,) = evonnx.load_session(dst).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_negative_axes_on_an_empty_input_as_onnxruntime_runs_them(transposed: bool, tmp_path: Path) -> None:
+    """onnxruntime keeps an axis written negatively at its input size when the input is empty, unless its
+    transpose optimizer rewrote the reduction (a Transpose in front is pushed through it, and the new node's axes
+    are positive; fuzz seed 180001). evonnx must give onnxruntime's shape either way."""
+    import onnxruntime as ort
+
+    import evonnx
+
+    nodes = [node("Neg", ["x"], ["n"])]
+    if transposed:
+        nodes.append(node("Transpose", ["n"], ["t"], perm=[1, 0]))
+    nodes += [node("ReduceMax", ["t" if transposed else "n", "ax"], ["r"], keepdims=1), node("Abs", ["r"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", 5])], [("y", F, 2)], {"ax": np.array([-1], np.int64)})
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.opt.onnx"
+    onnx.save(model, str(src))
+    evonnx.optimize(src, dst, guard=False, planner="greedy")
+    assert any(n.op_type == "Fused" for n in onnx.load(str(dst)).graph.node)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(dst)
+    for n in (0, 1, 3):
+        x = np.arange(n * 5, dtype=np.float32).reshape(n, 5)
+        (want,) = ref.run(None, {"x": x})
+        (got,) = opt.run(None, {"x": x})
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)
