@@ -179,6 +179,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         if guard is None:
             guard = os.environ.get("EVONNX_GUARD", "1") != "0"
         as_written = load_model(src, infer=False)
+        request = _BuildRequest(original, as_written, dst, lib, staged, planner, symbol_sizes, target, dump_dir,
+                                tuple(cflags), ort_headers, cuda_archs, sizes, shapes, user_inputs)
         leave: dict[str, str] = {}
         guarded: GuardResult | None = None
         stage = 0
@@ -186,9 +188,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         while True:
             last = bool(leave) and set(leave) >= everything  # the guard's last stage: the original is written
             try:
-                result, out_model, checked = _build(original, as_written, dst, lib, staged, planner, symbol_sizes,
-                                                    leave, target, dump_dir, cflags, ort_headers, cuda_archs,
-                                                    check and not last, sizes, shapes, user_inputs)
+                result, out_model, checked = _build(request, leave, check and not last)
             except VerificationError as e:
                 if not leave or guarded is None:
                     raise
@@ -252,19 +252,41 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     return out
 
 
-def _build(original: onnx.ModelProto, as_written: onnx.ModelProto, dst: Path, lib: Path, staged: _Staging,
-           planner: str, symbol_sizes: Mapping[str, int], leave: Mapping[str, str], target: str,
-           dump_dir: str | Path | None, cflags: Sequence[str], ort_headers: str | Path | None,
-           cuda_archs: Sequence[str] | None, check: bool, sizes: Mapping[str, int] | None,
-           shapes: Mapping[str, Sequence[int]] | None,
-           user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]) -> tuple[PipelineResult, onnx.ModelProto,
-                                                                                 CheckResult | None]:
+@dataclass(frozen=True)
+class _BuildRequest:
+    """What every guard stage of one `optimize` builds from: the models, the staged paths and the options."""
+
+    original: onnx.ModelProto  # as evonnx plans on it (onnxruntime's folding applied)
+    as_written: onnx.ModelProto  # the file's model: the check's reference
+    dst: Path
+    lib: Path
+    staged: _Staging
+    planner: str
+    symbol_sizes: Mapping[str, int]
+    target: str
+    dump_dir: str | Path | None
+    cflags: tuple[str, ...]
+    ort_headers: str | Path | None
+    cuda_archs: Sequence[str] | None
+    sizes: Mapping[str, int] | None
+    shapes: Mapping[str, Sequence[int]] | None
+    user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]
+
+
+def _build(req: _BuildRequest, leave: Mapping[str, str],
+           check: bool) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None]:
     """Plan (leaving the nodes `leave` names to onnxruntime), generate, build and check into the staged paths."""
     import onnx_graphsurgeon as gs
 
     from evonnx.kernels.build import build_model_library
     from evonnx.kernels.codegen_c import generate_source
     from evonnx.passes.pipeline import run_pipeline
+
+    original, as_written, dst, lib, staged = req.original, req.as_written, req.dst, req.lib, req.staged
+    target, dump_dir, cflags, ort_headers, cuda_archs = (req.target, req.dump_dir, req.cflags, req.ort_headers,
+                                                         req.cuda_archs)
+    planner, symbol_sizes, sizes, shapes, user_inputs = (req.planner, req.symbol_sizes, req.sizes, req.shapes,
+                                                         req.user_inputs)
 
     result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave)
     out_model = gs.export_onnx(result.optimized)

@@ -409,12 +409,18 @@ def _slice(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[La
     return [out]
 
 
-def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+def _constant_indices(op: str, attrs: Attrs, args: Args, vals: Vals) -> tuple[Lazy, int, np.ndarray]:
+    """(data, axis, indices) of a Gather/GatherElements whose indices are known at plan time; Reject otherwise."""
     x = args[0]
     axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
     ind = vals[1].array() if vals[1] is not None else None
     if ind is None:
-        raise Reject("Gather indices are data-dependent")
+        raise Reject(f"{op} indices are data-dependent")
+    return x, axis, ind
+
+
+def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+    x, axis, ind = _constant_indices(op, attrs, args, vals)
     d = x.shape[axis].const
     if d is None:
         # onnxruntime fails the Run when an index is out of range: the kernel checks the same at run time
@@ -437,11 +443,7 @@ def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[L
 
 
 def _gather_elements(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
-    x = args[0]
-    axis = _axis(int(attrs.get("axis", 0)), x.rank, op)
-    ind = vals[1].array() if vals[1] is not None else None
-    if ind is None:
-        raise Reject("GatherElements indices are data-dependent")
+    x, axis, ind = _constant_indices(op, attrs, args, vals)
     if ind.ndim != x.rank:
         raise Reject("GatherElements indices of another rank than the data")  # onnxruntime fails too
     if ind.size == 0:
