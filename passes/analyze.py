@@ -20,7 +20,7 @@ import onnx.numpy_helper
 import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
-from evonnx.index import Poly, sym
+from evonnx.index import Poly, Sym, sym
 from evonnx.isolate import doing, isolated
 from evonnx.model import REVIEWED_OPSET, ir_version_for
 from evonnx.passes import lazy as L
@@ -115,6 +115,10 @@ class _Symbols:
         name = f"{re.sub(r'[^A-Za-z0-9_]', '_', tensor)}__{axis}"
         self.an.sym_origin.setdefault(name, (tensor, axis))
         return sym(name)
+
+    def fresh(self, t: gs.Tensor) -> tuple[Poly, ...] | None:
+        """`t`'s rank with a size of its own at every axis, read from the tensor at run time."""
+        return None if t.shape is None else tuple(self.dim(None, t.name, k) for k in range(len(t.shape)))
 
     def shape(self, t: gs.Tensor) -> tuple[Poly, ...] | None:
         if t.shape is None:
@@ -269,7 +273,8 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
     if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or any(
-            (info := an.tensors.get(t.name)) is not None and info.rank_quirk for t in node.inputs if t.name):
+            (info := an.tensors.get(t.name)) is not None and (info.rank_quirk or _inference_disagrees(t, an) == "rank")
+            for t in node.inputs if t.name):
         for o in outs:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None, None,
                                             rank_quirk=True)
@@ -278,6 +283,9 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
     for t in node.inputs:
         info = an.tensors.get(t.name) if t.name else None
         arrays.append(info.known.array() if info and info.known else None)
+    # An input whose shape evonnx computes otherwise than ONNX shape inference did makes the shapes inference
+    # wrote for this node's outputs unreliable: they get sizes of their own, which kernels read at run time.
+    stale = any(_inference_disagrees(t, an) for t in node.inputs if t.name)
     folded = None
     if node.inputs and all(a is not None or not t.name for a, t in zip(arrays, node.inputs)) and not node.domain:
         folded = _run_const_node(node, arrays, opset)
@@ -288,7 +296,26 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
                                             known_from_array(arr))
         else:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
-                                            syms.shape(o))
+                                            syms.shape(o) if not stale else syms.fresh(o))
+
+
+def _inference_disagrees(t: gs.Tensor, an: Analysis) -> str | None:
+    """Where evonnx's shape of `t` provably differs from the one ONNX shape inference wrote into the model:
+    "rank", "dims" or None. evonnx follows onnxruntime's kernels, and inference does not always: a Slice with
+    step INT64_MIN from an end of INT64_MAX keeps one element in onnxruntime and none in inference."""
+    info = an.tensors.get(t.name)
+    if info is None or info.shape is None or t.shape is None:
+        return None
+    if len(t.shape) != len(info.shape):
+        return "rank"
+    for d, p in zip(t.shape, info.shape):
+        if isinstance(d, (int, np.integer)) and int(d) >= 0:
+            if p.const is not None and p.const != int(d):
+                return "dims"
+        elif isinstance(d, str) and d in an.dim_params and p != sym(d) and all(
+                isinstance(a, Sym) and a.name in an.dim_params for a in p.atoms()):
+            return "dims"
+    return None
 
 
 _SHAPE_OPS = ("Shape", "Size")

@@ -307,3 +307,31 @@ def test_negative_axes_on_an_empty_input_as_onnxruntime_runs_them(transposed: bo
         (got,) = opt.run(None, {"x": x})
         assert got.shape == want.shape, (n, got.shape, want.shape)
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_node_left_to_onnxruntime_after_a_shape_inference_gets_wrong(tmp_path: Path) -> None:
+    """A Slice from INT64_MAX with step INT64_MIN keeps one element in onnxruntime and none in ONNX shape inference
+    (fuzz seed 190052, replay case002285). evonnx follows onnxruntime; the node after it, left to onnxruntime
+    (Atan), must not keep the inferred [N, 0], or the kernel behind it expects 0 and meets 1 at every size."""
+    import onnxruntime as ort
+
+    import evonnx
+
+    big, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    inits = {"s": np.array([100], np.int64), "e": np.array([big], np.int64), "a": np.array([-1], np.int64),
+             "st": np.array([low], np.int64)}
+    nodes = [node("Neg", ["x"], ["n"]), node("Slice", ["n", "s", "e", "a", "st"], ["t"]), node("Atan", ["t"], ["u"]),
+             node("Abs", ["u"], ["v"]), node("Mul", ["v", "t"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", 4])], [("y", F, 2)], inits)
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.opt.onnx"
+    onnx.save(model, str(src))
+    evonnx.optimize(src, dst, planner="greedy")
+    assert sum(n.op_type == "Fused" for n in onnx.load(str(dst)).graph.node) >= 1
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(dst)
+    for n in (0, 1, 3):
+        x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) - 2
+        (want,) = ref.run(None, {"x": x})
+        (got,) = opt.run(None, {"x": x})
+        assert got.shape == want.shape == (n, 1), (n, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)
