@@ -32,6 +32,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.isolate import doing, isolated
 from evonnx.passes.analyze import _constant_node_value
+from evonnx.passes.lower_ops import REDUCTIONS
 
 if TYPE_CHECKING:
     from evonnx.passes.analyze import Analysis
@@ -208,9 +209,8 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     return folded
 
 
-# reductions whose axes onnxruntime looks up as written on an empty input (lower_ops._empty_quirk)
-_AXES_OPS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                       "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin"})
+# reductions whose axes onnxruntime looks up as written on an empty input (lower_reduce._empty_quirk)
+_AXES_OPS = REDUCTIONS - {"Softmax", "LogSoftmax"}
 
 
 def _written_axes(n: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[int] | None:
@@ -218,7 +218,7 @@ def _written_axes(n: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[int]
     for a in n.attribute:
         if a.name in ("axes", "axis"):
             return [int(v) for v in (a.ints if a.name == "axes" else [a.i])]
-    if len(n.input) > 1 and n.input[1] in consts:
+    if len(n.input) > 1 and n.input[1] in consts and consts[n.input[1]].dtype.kind in "iu":
         return [int(v) for v in consts[n.input[1]].reshape(-1)]
     return None
 
@@ -252,7 +252,8 @@ def _positive_axes_where_rewritten(model: onnx.ModelProto) -> None:
         return
     seen = onnx.load_model_from_string(written)
     seen_consts = {t.name: onnx.numpy_helper.to_array(t) for t in seen.graph.initializer}
-    kept = {(n.op_type, n.output[0], tuple(_written_axes(n, seen_consts) or ())) for n in seen.graph.node if n.output}
+    kept = {(n.op_type, n.output[0], tuple(_written_axes(n, seen_consts) or ())) for n in seen.graph.node
+            if n.output and n.op_type in _AXES_OPS}  # (another op's input 1 is no axes: Max(x, inf), fuzz seed 200005)
     for n in negative:
         axes = _written_axes(n, consts) or []
         if (n.op_type, n.output[0], tuple(axes)) in kept:
