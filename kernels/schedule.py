@@ -274,7 +274,7 @@ def nonempty_view(o: KernelOutput) -> KernelOutput:
 def _nonempty_facts(o: KernelOutput, expr: Expr, pos: Poly) -> dict[Atom, Poly]:
     """`min(P, 1)` atoms that are 1 wherever an element of `o` is computed: a piece runs only when the output is
     not empty, so each symbol that is an output dim is at least 1 there, and so is a sum of products of them with
-    coefficients >= 1. (onnxruntime's shapes for empty reductions, lower_ops._empty_quirk, hold such atoms; in the
+    coefficients >= 1. (onnxruntime's shapes for empty reductions, lower_reduce._empty_quirk, hold such atoms; in the
     loops they fold away and leave the plain index.)"""
     positive = {a for d in o.shape if isinstance(a := d.atom(), Sym)}
     if not positive:

@@ -325,7 +325,7 @@ _QUIRK_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
 
 def _empty_quirk_left(node: gs.Node, an: Analysis) -> bool:
     """A reduction left to onnxruntime whose result can have another shape than the model says: an axis written
-    negatively, of an input that can be empty (lower_ops._empty_quirk). An integer ReduceSum(x[N, M], [-2, -1])
+    negatively, of an input that can be empty (lower_reduce._empty_quirk). An integer ReduceSum(x[N, M], [-2, -1])
     gives [N, M] at N = 0, not [1, 1], and a kernel after it must not take the [1, 1] for granted."""
     if node.op not in _QUIRK_OPS or node.domain not in (None, "", "ai.onnx") or not node.inputs:
         return False

@@ -15,46 +15,24 @@ consumer that broadcasts its result makes that consumer recompute it (the cost m
 
 from __future__ import annotations
 
-from enum import Enum
-
 import onnx_graphsurgeon as gs
 
 from evonnx.passes.analyze import Analysis
-from evonnx.passes.lower_ops import REDUCTIONS
+from evonnx.passes.lower_ops import OPS, MapKind
 
-
-class MapKind(Enum):
-    ONE_TO_ONE = "one-to-one"
-    BROADCAST = "broadcast"
-    REDUCTION = "reduction"
-    REORGANIZE = "reorganize"
-    SHUFFLE = "shuffle"
-    OPAQUE = "opaque"
-
-
-REORGANIZE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Concat",
-                            "Split", "Shape", "Size"})
-BROADCAST_OPS = frozenset({"Expand", "Tile", "Range", "ConstantOfShape"})
-SHUFFLE_OPS = frozenset({"ScatterND", "ScatterElements", "GatherElements"})
+__all__ = ["MapKind", "classify"]
 
 
 def classify(node: gs.Node, an: Analysis) -> MapKind:
     lowered = an.lowered.get(node.name)
-    if not isinstance(lowered, list):
+    d = OPS.get(node.op)
+    if not isinstance(lowered, list) or d is None:
         return MapKind.OPAQUE
-    op = node.op
-    if op in REDUCTIONS:
-        return MapKind.REDUCTION
-    if op in SHUFFLE_OPS:
-        return MapKind.SHUFFLE
-    if op == "Gather":
+    if node.op == "Gather":
         ind = an.tensors.get(node.inputs[1].name)
-        scalar = ind is not None and ind.shape == ()
-        return MapKind.REORGANIZE if scalar else MapKind.SHUFFLE
-    if op in REORGANIZE_OPS:
-        return MapKind.REORGANIZE
-    if op in BROADCAST_OPS:
-        return MapKind.BROADCAST
+        return MapKind.REORGANIZE if ind is not None and ind.shape == () else MapKind.SHUFFLE
+    if d.kind is not MapKind.ONE_TO_ONE:
+        return d.kind
     out_shape = lowered[0].shape
     for t in node.inputs:
         info = an.tensors.get(t.name) if t.name else None

@@ -21,9 +21,7 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 
 from evonnx.passes.analyze import Analysis
-
-WRITE_OPS = frozenset({"ScatterND", "ScatterElements"})
-METADATA_OPS = frozenset({"Shape", "Size"})  # read the shape only: no data dependence
+from evonnx.passes.lower_ops import SHAPE_ONLY_OPS, WRITE_OPS
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ def analyze_dependences(g: gs.Graph, an: Analysis) -> DepInfo:
             if k > 0:
                 accesses.append(Access(write_nodes[k - 1].name, write_nodes[k - 1].op, "write", k, ""))
             readers = [c for c in consumers.get(v, []) if not (c.op in WRITE_OPS and c.inputs[0].name == v)
-                       and c.op not in METADATA_OPS]
+                       and c.op not in SHAPE_ONLY_OPS]
             for r in readers:
                 accesses.append(Access(r.name, r.op, "read", k, _view_of(an, r)))
                 if k > 0:

@@ -59,7 +59,7 @@ class Lazy:
     fn: ElementFn
     view: tuple[int, View] | None = None  # (input slot, view) when this is a strided view of an input
     # Axes along which every element is the same value, so that a broadcast may read them at 0: a reduced axis of
-    # size 1, or of onnxruntime's input size on an empty input (see lower_ops._empty_quirk).
+    # size 1, or of onnxruntime's input size on an empty input (see lower_reduce._empty_quirk).
     uniform: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:

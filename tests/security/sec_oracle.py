@@ -385,7 +385,7 @@ def x0_reference(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 # onnxruntime's memory planner re-uses a buffer for a tensor whose statically inferred shape it trusts; where a
-# run gives the tensor another shape (an empty-input reduction's quirk shape, see lower_ops._empty_quirk) it fails
+# run gives the tensor another shape (an empty-input reduction's quirk shape, see lower_reduce._empty_quirk) it fails
 # the Run with this message, depending on its plan of the whole graph. Its result with buffer re-use off is what
 # onnxruntime computes; the optimized model may match that instead of the planner's failure.
 REUSE_ERROR = "Shape mismatch attempting to re-use buffer"

@@ -67,6 +67,8 @@ CASES = [
     ("Exp", "Exp", 1, F, {}, {}, [], None, False),
     ("Log", "Log", 1, F, {}, {}, [], None, False),
     ("Sigmoid", "Sigmoid", 1, F, {}, {}, [], None, True),  # MLAS's logistic, bit for bit (see below)
+    ("HardSigmoid", "HardSigmoid", 1, F, {"alpha": 0.3, "beta": 0.4}, {}, [], None, True),
+    ("HardSwish", "HardSwish", 1, F, {}, {}, [], None, True),  # ONNX's function body: x * HardSigmoid(x, 1/6, 0.5)
     ("Tanh", "Tanh", 1, F, {}, {}, [], None, False),
     ("Min-int32", "Min", 2, I32, {}, {}, [], None, True),
     ("Add-int32", "Add", 2, I32, {}, {}, [], None, True),

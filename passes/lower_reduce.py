@@ -1,0 +1,236 @@
+"""Reductions, arg-extremes and Softmax as lazy element functions (see lower_ops)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from evonnx import expr as E
+from evonnx.expr import Const, Expr
+from evonnx.index import Poly, pmax, pmin, product
+from evonnx.passes import lazy as L
+from evonnx.passes.lazy import Lazy, Reject
+from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals, const_ints, norm_axis, numel
+
+
+def _reduce_axes(op: str, attrs: Attrs, args: Args, vals: Vals, rank: int) -> tuple[list[int] | None, set[int]]:
+    """The reduced axes (sorted), or None for "no reduction" (empty axes with noop_with_empty_axes); and the axes
+    that onnxruntime keeps on an empty input (see `_empty_quirk`)."""
+    if len(args) > 1 and args[1] is not None:
+        axes = const_ints(vals[1], f"{op} axes")
+    else:
+        axes = [int(a) for a in attrs.get("axes", [])]
+    if not axes:
+        return (None if int(attrs.get("noop_with_empty_axes", 0)) else list(range(rank))), set()
+    out = sorted({norm_axis(a, rank, op) for a in axes})
+    return out, set(out) - {a for a in axes if a >= 0}
+
+
+def _empty_quirk(op: str, x: Lazy, axes: Sequence[int], quirk: set[int], keep: int) -> dict[int, Poly]:
+    """onnxruntime 1.31 departs from the spec on an empty input: its empty-set path looks for each axis in the axes
+    as written, so an axis written negatively is not reduced but kept at its input size. ReduceMax(x[0, 5],
+    axes=[-1], keepdims=1) is [0, 5], not [0, 1]; ArgMax(x[5, 0], axis=-1) is [5, 0], not an error (see
+    tests/security/sec_models.py). With keepdims=1 that is an output size `numel == 0 ? d : 1` for each such axis
+    (returned per axis); with keepdims=0 the rank changes, which a fused kernel cannot do, so the node stays with
+    onnxruntime unless the input can never be empty."""
+    if not quirk or all((d.const or 0) > 0 for d in x.shape):
+        return {}
+    if not keep:
+        raise L.RankQuirk(f"{op} with negative axes keeps the input's shape on an empty input in onnxruntime")
+    if all(x.shape[k].const is not None for k in range(x.rank) if k not in axes):
+        # The spec's result shape is static, so onnxruntime's memory planner may have given the output a buffer of
+        # that shape: with the other shape on an empty input it then fails ("Shape mismatch attempting to re-use
+        # buffer"), or not, as its plan goes.
+        raise Reject(f"{op} with negative axes of an input that can be empty: onnxruntime's result depends on its "
+                     "memory plan")
+    empty = Poly.of(1) - pmin(numel(x.shape), Poly.of(1))
+    return {a: Poly.of(1) + empty * (x.shape[a] - Poly.of(1)) for a in quirk}
+
+
+# ReduceL1/L2/SumSquare/LogSum/LogSumExp: a sum of a transformed element, then a final transform (spec formulas)
+_SUM_OF = {"l1": "abs", "l2": "square", "sumsquare": "square", "logsum": None, "logsumexp": None}
+
+
+def _reducer(kind: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+        x = args[0]
+        axes, quirk = _reduce_axes(op, attrs, args, vals, x.rank)
+        if axes is None and kind not in _SUM_OF:
+            return [x]
+        if axes is None:
+            axes = []  # noop_with_empty_axes: the transforms still apply to every element
+        if kind in ("mean", "l2", "logsum", "logsumexp") and x.dtype not in E.FLOATS:
+            raise Reject(f"{op} of integers is not supported")
+        if kind in ("sum", "prod", "l1", "sumsquare") and x.dtype not in E.FLOATS:
+            # onnxruntime 1.31 accumulates integer sums and products in double and saturates the result:
+            # ReduceSum(int64 [2^53 + 1, 2]) is 2^53 + 2 and an overflowing sum is INT_MAX, not the wrapped value.
+            # Exact wrapping arithmetic would differ from it, so these stay with onnxruntime.
+            raise Reject(f"{op} of integers rounds through double in onnxruntime")
+        keep = int(attrs.get("keepdims", 1))
+        for a in axes:
+            if x.shape[a].const == 0:
+                raise Reject(f"{op} over an empty axis")
+        kept = _empty_quirk(op, x, axes, quirk, keep)
+        shape = tuple(kept.get(k, Poly.of(1)) if k in axes else d for k, d in enumerate(x.shape)
+                      if keep or k not in axes)
+        count = product(x.shape[a] for a in axes)
+
+        def fn(idx: tuple[Poly, ...]) -> Expr:
+            full: list[Poly] = []
+            rvars: list[Poly] = []
+            it = iter(idx)
+            for k in range(x.rank):
+                if k in axes:
+                    if keep:
+                        next(it)
+                    v = L.fresh_var(x.shape[k])
+                    rvars.append(v)
+                    full.append(v)
+                else:
+                    full.append(next(it))
+            def reduce(body: Expr, how: str, over: list[Poly] = rvars) -> Expr:
+                for v in reversed(over):
+                    if v.atom() is not None:
+                        body = E.Reduce(how, v, body, x.dtype)
+                return body
+
+            elem = x.fn(tuple(full))
+            if kind == "logsumexp":
+                m = _logsumexp_shift(x, full, rvars, count, reduce) if rvars else elem
+                return E.binary("add", E.unary("log", reduce(E.unary("exp", E.binary("sub", elem, m)), "sum")), m)
+            if kind in _SUM_OF:
+                pre = _SUM_OF[kind]
+                body = E.binary("mul", elem, elem) if pre == "square" else E.unary(pre, elem) if pre else elem
+                s = reduce(body, "sum")
+                return E.unary("sqrt", s) if kind == "l2" else E.unary("log", s) if kind == "logsum" else s
+            if kind in ("max", "min") and x.dtype in E.FLOATS and all(
+                    (n := x.shape[a].const) is not None and n >= 1 for a in axes):
+                # max(f(x)) = f(max(x)) for f nondecreasing that keeps NaN exactly where x is NaN (so the NaN rule
+                # picks the same element): RetinaNet's max over 80 sigmoids per anchor becomes one sigmoid. Not over
+                # an axis that may be empty, where the start value -inf/+inf would go through f.
+                outer: list[str] = []
+                while isinstance(elem, E.Op) and elem.op in _MONOTONE and elem.args[0].dtype == x.dtype:
+                    outer.append(elem.op)
+                    elem = elem.args[0]
+                out = reduce(elem, kind)
+                for name in reversed(outer):
+                    out = E.unary(name, out)
+                return out
+            out = reduce(elem, "sum" if kind == "mean" else kind)
+            if kind == "mean":
+                # onnxruntime's mean of an empty set is 0 (the spec's 0/0 would be NaN): the sum 0 over max(n, 1)
+                out = E.binary("div", out, E.cast(E.index_val(pmax(count, Poly.of(1))), x.dtype))
+            return out
+
+        return [Lazy(x.dtype, shape, fn, uniform=frozenset(kept))]
+    return f
+
+
+# Unary ops that are nondecreasing and NaN exactly where their argument is (`_reducer`'s max/min rewrite). Not
+# Relu, Floor or Ceil: they map unequal inputs to +0 and -0, and the max of [ceil(-0.5), ceil(0)] is the first
+# zero, -0, where ceil(max) is +0.
+_MONOTONE = frozenset({"sigmoid", "exp", "tanh"})
+
+
+def _logsumexp_shift(x: Lazy, full: list[Poly], rvars: list[Poly], count: Poly,
+                     reduce: Callable[[Expr, str, list[Poly]], Expr]) -> Expr:
+    """The shift m of onnxruntime's log(sum(exp(x - m))) + m (its ReduceAggregatorLogSumExp): the largest
+    finite element, starting from the row's first element, or from 0 where that one is +-inf. So a row holding
+    +inf gives +inf (m finite), not NaN (inf - inf), and [-inf, -1000] gives -inf (m = 0: exp(-1000) is 0), as
+    onnxruntime does. The first element is read only where the row is not empty."""
+    full2, rvars2 = _fresh_copy(full, rvars)
+    x2 = x.fn(full2)
+    inf = E.const(float("inf"), x.dtype)
+    finite = E.binary("lt", E.unary("abs", x2), inf)  # false for NaN
+    top = reduce(E.where(finite, x2, E.const(float("-inf"), x.dtype)), "max", rvars2)
+    first = x.fn(tuple(Poly.of(0) if p in rvars else p for p in full))
+    from_zero = E.binary("max", E.const(0.0, x.dtype), top)  # top is never NaN
+    first_inf = E.binary("eq", E.unary("abs", first), inf)
+    if count.const is None or count.const < 1:
+        first_inf = E.guarded_where(E.binary("gt", E.index_val(count), E.const(0, "int64")), first_inf,
+                                    E.Const(False, "bool"))
+    return E.where(first_inf, from_zero, top)
+
+
+def _fresh_copy(full: list[Poly], rvars: list[Poly]) -> tuple[tuple[Poly, ...], list[Poly]]:
+    """`full` with each reduction variable replaced by a new one, and the new ones (a second, independent
+    reduction over the same axes)."""
+    swap = {v: L.fresh_var(v.atom().extent) for v in rvars if v.atom() is not None}  # type: ignore[union-attr]
+    return tuple(swap.get(p, p) for p in full), [swap.get(v, v) for v in rvars]
+
+
+def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+        x = args[0]
+        written = int(attrs.get("axis", 0))
+        axis = norm_axis(written, x.rank, op)
+        keep = int(attrs.get("keepdims", 1))
+        last = int(attrs.get("select_last_index", 0))
+        kept = _empty_quirk(op, x, [axis], {axis} if written < 0 else set(), keep)
+        shape = tuple(kept.get(k, Poly.of(1)) if k == axis else d for k, d in enumerate(x.shape)
+                      if keep or k != axis)
+        # onnxruntime fails an arg-reduction over an empty axis when the result is not empty
+        L.require_le(Poly.of(1), x.shape[axis], f"{op} over an empty axis {axis}",
+                     unless=Poly() if kept else numel(shape))
+
+        def fn(idx: tuple[Poly, ...]) -> Expr:
+            v = L.fresh_var(x.shape[axis])
+            full = list(idx)
+            if keep:
+                full[axis] = v
+            else:
+                full.insert(axis, v)
+            if v.atom() is None:
+                return Const(0, "int64")
+            return E.Reduce(kind, v, x.fn(tuple(full)), "int64", last)
+
+        return [Lazy("int64", shape, fn, uniform=frozenset(kept))]
+    return f
+
+
+def _softmax(log: bool) -> Callable[..., list[Lazy]]:
+    def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+        x: Lazy = args[0]
+        if x.dtype not in E.FLOATS:
+            raise Reject(f"{op} of {x.dtype}")
+        if log and x.dtype == "float64":
+            # onnxruntime 1.31's double LogSoftmax (Eigen) gives per-lane results on a row holding NaN or +-inf:
+            # [1, 2, nan, 3, ...] -> [40.05, 41.05, nan, 42.05, ...]; its float one gives NaN, as evonnx does
+            raise Reject("LogSoftmax of float64 (onnxruntime's results with NaN or inf in a row are not reproduced)")
+        axis = norm_axis(int(attrs.get("axis", -1)), x.rank, op)
+        n = x.shape[axis].const
+        # Each output element is computed on its own: the max and sum are shared by the elements computed together
+        # (the unrolled last axis). Over a longer last axis they are hoisted per row and vectorised too, yet the
+        # fused softmax measured slower than onnxruntime's MLAS kernel: 403 vs 140 us for (2400, 92) with a Mul
+        # fused in front, 1823 vs 1037 us for (33600, 17), 1 thread. Left to onnxruntime.
+        if axis != x.rank - 1 or n is None or n > MAX_SOFTMAX_AXIS:
+            raise Reject(f"{op} over an axis that is not a last axis of at most {MAX_SOFTMAX_AXIS} elements is "
+                         "faster in onnxruntime")
+
+        def fn(idx: tuple[Poly, ...]) -> Expr:
+            def at(r: Poly) -> Expr:
+                return x.fn(idx[:axis] + (r,) + idx[axis + 1:])
+
+            r1, r2 = L.fresh_var(x.shape[axis]), L.fresh_var(x.shape[axis])
+            m = E.Reduce("max", r1, at(r1), x.dtype)
+            s = E.Reduce("sum", r2, E.unary("exp", E.binary("sub", at(r2), m)), x.dtype)
+            shifted = E.binary("sub", x.fn(idx), m)
+            if log:
+                return E.binary("sub", shifted, E.unary("log", s))
+            return E.binary("div", E.unary("exp", shifted), s)
+
+        return [Lazy(x.dtype, x.shape, fn)]
+    return f
+
+
+MAX_SOFTMAX_AXIS = 8  # see _softmax
+
+
+_RED = MapKind.REDUCTION
+DEFS = [
+    *(OpDef(op, _reducer(kind), _RED, (1,)) for op, kind in (
+        ("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min"),
+        ("ReduceProd", "prod"), ("ReduceL1", "l1"), ("ReduceL2", "l2"), ("ReduceSumSquare", "sumsquare"),
+        ("ReduceLogSum", "logsum"), ("ReduceLogSumExp", "logsumexp"))),
+    OpDef("ArgMax", _arg_extreme("argmax"), _RED), OpDef("ArgMin", _arg_extreme("argmin"), _RED),
+    OpDef("Softmax", _softmax(False), _RED), OpDef("LogSoftmax", _softmax(True), _RED),
+]

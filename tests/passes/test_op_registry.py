@@ -1,0 +1,33 @@
+"""The op registry (issue 13): one OpDef per op, and every table the passes ask is a view of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from evonnx import expr as E
+from evonnx.passes import lower_ops as R
+from evonnx.passes.lazy import Reject, known
+from evonnx.passes.lower_common import MapKind
+
+
+def test_every_table_is_a_view_of_the_registry() -> None:
+    assert set(R.LOWER) == set(R.OPS)
+    assert R.REDUCTIONS == {op for op, d in R.OPS.items() if d.kind is MapKind.REDUCTION}
+    assert R.FREE_OPS <= {op for op, d in R.OPS.items() if d.kind is MapKind.REORGANIZE}
+    assert R.WRITE_OPS == {"ScatterND", "ScatterElements"}
+    assert R.SHAPE_ONLY_OPS == {"Shape", "Size"}
+    for op, slots in R.VALUE_INPUTS.items():
+        assert slots == R.OPS[op].value_inputs and slots
+
+
+def test_two_definitions_of_one_op_are_refused() -> None:
+    d = R.OPS["Relu"]
+    with pytest.raises(AssertionError, match="two OpDefs for Relu"):
+        R._registry([d], [d])
+
+
+@pytest.mark.parametrize("op", ["HardSwish", "Sqrt", "Exp"])
+def test_an_input_type_outside_the_definition_is_left_with_its_reason(op: str) -> None:
+    x = known((E.const(4, "int32"),), (), "int32")
+    with pytest.raises(Reject, match=f"{op} on int32 is not supported"):
+        R.lower_node(op, {}, [x], [None], 1)
