@@ -48,12 +48,12 @@ DT = {"float32": T.FLOAT, "float64": T.DOUBLE, "int8": T.INT8, "int16": T.INT16,
       "int64": T.INT64, "uint8": T.UINT8, "uint16": T.UINT16, "uint32": T.UINT32, "uint64": T.UINT64,
       "bool": T.BOOL}
 UNARY = ["Abs", "Neg", "Ceil", "Floor", "Round", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Sin", "Cos",
-         "Erf", "Relu", "Sign", "IsNaN", "Not", "Softplus", "HardSigmoid", "LeakyRelu", "Identity"]
+         "Erf", "Relu", "Sign", "IsNaN", "Not", "Softplus", "HardSigmoid", "HardSwish", "LeakyRelu", "Identity"]
 BINARY = ["Add", "Sub", "Mul", "Div", "Mod", "Mod-fmod", "Pow", "Min", "Max", "Equal", "Less", "LessOrEqual",
           "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Sum", "Mean"]
 VARIADIC3 = ["Sum", "Mean", "Min", "Max"]
 BOOL_OUT = {"IsNaN", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not"}
-INEXACT = {"Exp", "Log", "Sigmoid", "Tanh", "Sin", "Cos", "Erf", "Softplus", "Pow", "HardSigmoid"}
+INEXACT = {"Exp", "Log", "Sigmoid", "Tanh", "Sin", "Cos", "Erf", "Softplus", "Pow", "HardSigmoid", "HardSwish"}
 REDUCE = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceLogSum",
           "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"]
 REDUCE_INEXACT = {"ReduceSum", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
