@@ -15,14 +15,11 @@ import collections
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from string import Template
 
 from evonnx.expr import (
     ONNX_CODE,
     Expr,
     Op,
-    ValueTable,
     children,
     free_vars,
     substitute,
@@ -34,12 +31,12 @@ from evonnx.index import (
     Mod,
     Poly,
     Sym,
-    Table,
     Var,
     subs,
 )
-from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_const, print_expr, print_poly, with_binding
+from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
+from evonnx.kernels.printing import Tables, bind_symbols, helpers, kernel_symbols, node_list, template
 from evonnx.kernels.schedule import (
     LANES,
     MAX_UNROLL,
@@ -50,9 +47,7 @@ from evonnx.kernels.schedule import (
     nonempty_view,
     piece_loops,
     pieces,
-    polys,
     prod,
-    tables_in,
     temporaries,
     tile_axis,
     unguarded_reductions,
@@ -60,18 +55,8 @@ from evonnx.kernels.schedule import (
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
-_TEMPLATES = Path(__file__).with_name("templates")
 _ITEMSIZE = {"float32": 4, "int32": 4, "uint32": 4}
 MAX_TASK_PARTS = 16  # (output, piece) pairs one task function computes at most
-
-
-def _helpers() -> str:
-    """The element helpers both preludes share (templates/helpers.h), inlined so each source stands alone."""
-    return (_TEMPLATES / "helpers.h").read_text()
-
-
-def _template(name: str) -> Template:
-    return Template((_TEMPLATES / name).read_text())
 
 
 # -- pieces: splitting loops at Concat boundaries ---------------------------------------------------------
@@ -81,40 +66,10 @@ def _template(name: str) -> Template:
 class _Kernel:
     def __init__(self, spec: KernelSpec):
         self.spec = spec
-        syms: set[Sym] = set()
-        for i in spec.inputs:
-            for d in i.shape:
-                syms |= d.syms()
-        for o in spec.outputs:
-            for d in o.shape:
-                syms |= d.syms()
-            for x in walk(o.expr):
-                for p in polys(x):
-                    syms |= p.syms()
-        for c in spec.checks:
-            syms |= c.lhs.syms() | c.rhs.syms() | (c.unless.syms() if c.unless is not None else set())
-        self.syms = sorted(syms, key=lambda s: s.name)
-        self.sym_names = {s: f"s{k}" for k, s in enumerate(self.syms)}
-        self.tables: dict[object, str] = {}
-        self.table_decls: list[str] = []
+        self.syms, self.sym_names = kernel_symbols(spec)
+        self.tables = Tables(spec.name)
         self.tasks: list[str] = []
         self.runs: list[str] = []
-
-    def table(self, t: Table | ValueTable) -> str:
-        if t not in self.tables:
-            name = f"{self.spec.name}_t{len(self.tables)}"
-            self.tables[t] = name
-            if isinstance(t, Table):
-                vals = ", ".join(f"INT64_C({v})" for v in t.values)
-                self.table_decls.append(f"static const int64_t {name}[{len(t.values)}] = {{{vals}}};")
-            else:
-                vals = ", ".join(print_const(v, t.dtype) for v in t.values)
-                self.table_decls.append(f"static const {CTYPE[t.dtype]} {name}[{len(t.values)}] = {{{vals}}};")
-        return self.tables[t]
-
-    def collect_tables(self, e: Expr) -> None:
-        for t in tables_in(e):
-            self.table(t)
 
     def add_outputs(self, outputs: Sequence[KernelOutput]) -> None:
         """One task function per set of (output, piece) pairs with the same loops: outputs computed over one
@@ -168,13 +123,13 @@ class _Kernel:
                 roots.append((subs(pos, m), substitute(expr, m)))
                 targets.append((oi, o.dtype))
         for _, e in roots:
-            self.collect_tables(e)
+            self.tables.collect(e)
         lane = lane_axis(outer, inner, [e for _, e in roots]) if inner is not None else None
         if inner is not None and lane is not None:
             self._add_lane_task(outer, outer_ext, inner, inner_ext, lane, roots, targets, members,
                                 ua.extent if isinstance(ua, Var) else None)
             return
-        names = Names(cvars, self.sym_names, self.tables)
+        names = Names(cvars, self.sym_names, self.tables.names)
         row_body, body = _body(roots, targets, names, loop_var(inner) if inner is not None else None)
         fname = f"{self.spec.name}_task{len(self.runs)}"
         rng = len(self.runs)
@@ -184,7 +139,7 @@ class _Kernel:
                           + ")" for oi, o, pi, piece, _, _ in members)
         note = parts + "; loops " + " ".join(f"{cvars[v]}<{v.extent}" for v in looped) + (
             f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
-        self.tasks.append(_template("task.c").substitute(
+        self.tasks.append(template("task.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
             range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,
             body=body, row_body=row_body, advance=advance))
@@ -206,8 +161,8 @@ class _Kernel:
         rest_ext = [e for k, e in enumerate(outer_ext) if k != w]
         cvars: dict[Var, str] = {lp.atom(): f"o{n}" for n, lp in enumerate(rest)}  # type: ignore[misc]
         cvars[wv], cvars[jv] = "w", "j"
-        self.collect_tables(expr)
-        names = Names(cvars, self.sym_names, self.tables)
+        self.tables.collect(expr)
+        names = Names(cvars, self.sym_names, self.tables.names)
         # what does not depend on j is computed once per w, into arrays over the tile's rows
         decls: list[str] = []
         row_body, body = _body([(pos, expr)], [(oi, o.dtype)], names, jv, row_arrays=decls)
@@ -219,7 +174,7 @@ class _Kernel:
                 + "); rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
                 + f"; {TILE}x{TILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
         indent = "                            "
-        self.tasks.append(_template("task_tile.c").substitute(
+        self.tasks.append(template("task_tile.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
             bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
@@ -250,7 +205,7 @@ class _Kernel:
         cvars[lane] = lane_name
         if not on_inner:
             cvars[jv] = "j"
-        names = Names(cvars, self.sym_names, self.tables)
+        names = Names(cvars, self.sym_names, self.tables.names)
         bind = f"const int64_t {lane_name} = l0 + ll;"
         decls: list[str] = []
         row_lanes: list[str] = []
@@ -283,7 +238,7 @@ class _Kernel:
                 unit += ["        " + d for d in decls] + lane_loop(_indented(row_body, "    "), "        ")
             unit += ["        for (int64_t j = 0; j < ext; ++j) {", *("            " + ln for ln in lanes),
                      *lane_loop(_indented(body, "    "), "            "), "        }"]
-        self.tasks.append(_template("task_lanes.c").substitute(
+        self.tasks.append(template("task_lanes.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
             bindings=self._bindings(), lane_extent=print_poly(lane_ext, names),
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "),
@@ -416,23 +371,6 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
 
 
 # -- whole kernels ----------------------------------------------------------------------------------------
-def bind_symbols(spec: KernelSpec, syms: Sequence[Sym],
-                 sym_names: dict[Sym, str]) -> tuple[dict[Sym, tuple[int, int]], str]:
-    """Where each size symbol is read at run time, (input slot, axis) of its first bare occurrence, and the C
-    statements reading them from `in_dims`. Shared by the CPU kernels and the CUDA host plan."""
-    binding: dict[Sym, tuple[int, int]] = {}
-    for si, i in enumerate(spec.inputs):
-        for a, d in enumerate(i.shape):
-            s = d.atom()
-            if isinstance(s, Sym) and s not in binding:
-                binding[s] = (si, a)
-    missing = [s.name for s in syms if s not in binding]
-    if missing:
-        raise ValueError(f"kernel {spec.name}: size symbols {missing} are bound by no input")
-    return binding, "\n".join(f"    const int64_t {sym_names[s]} = in_dims[{binding[s][0]}][{binding[s][1]}];"
-                              for s in syms)
-
-
 _LOCAL = re.compile(r"^ {4,}(?:const )?[A-Za-z_][A-Za-z0-9_]*(?: \*restrict | \*const \*| \*| )"
                     r"([A-Za-z_][A-Za-z0-9_]*) = [^;]*;$")
 
@@ -459,7 +397,7 @@ def drop_unused_locals(text: str) -> str:
 def _kernel_source(spec: KernelSpec) -> str:
     k = _Kernel(spec)
     k.add_outputs(spec.outputs)
-    names = Names({}, k.sym_names, k.tables)
+    names = Names({}, k.sym_names, k.tables.names)
     binding, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
     checks = []
     for si, i in enumerate(spec.inputs):
@@ -520,11 +458,11 @@ def _kernel_source(spec: KernelSpec) -> str:
     for oi, o in enumerate(spec.outputs):
         io.append(f" * out{oi}: {encode(o.name)} {o.dtype}[{encode(', '.join(map(str, o.shape)), limit=240)}] reads "
                   + encode("; ".join(o.reads), limit=400))
-    return drop_unused_locals(_template("kernel.c").substitute(
+    return drop_unused_locals(template("kernel.c").substitute(
         kernel=spec.name, nodes=node_list(spec.source_nodes), ops=encode(" ".join(spec.source_ops), limit=400),
         io_comment="\n".join(io), n_in_alloc=max(1, len(spec.inputs)), n_out=len(spec.outputs),
         n_sym_alloc=max(1, len(k.syms)), n_ranges=max(1, len(k.runs)),
-        tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""), tasks="".join(k.tasks),
+        tables=k.tables.text(), tasks="".join(k.tasks),
         sym_binding=sym_binding, checks="\n".join(checks), out_dims="\n".join(out_dims),
         ctx_fill="\n".join(ctx_fill), runs="\n".join(k.runs), zero_div=_zero_div_check(spec),
         in_types=", ".join(str(ONNX_CODE.get(i.dtype, 0)) for i in spec.inputs) or "0",
@@ -554,12 +492,6 @@ def _size_divisors(p: Poly) -> list[Poly]:
             if a.den.const is None:
                 out.append(a.den)
     return list(dict.fromkeys(out))
-
-
-def node_list(nodes: Sequence[str]) -> str:
-    """The source nodes for a kernel's header comment: encoded names, the first few of a long list."""
-    shown = ", ".join(encode(n) for n in nodes[:8])
-    return shown + (f", ... {len(nodes) - 8} more" if len(nodes) > 8 else "")
 
 
 @dataclass(frozen=True)
@@ -602,7 +534,7 @@ class CSource:
 
 def generate_source(specs: Sequence[KernelSpec], model_name: str) -> CSource:
     """The C source of every kernel of one model, with the kernel table the runtime looks names up in."""
-    prelude = _template("prelude.c").substitute(model=encode(model_name), helpers=_helpers())
+    prelude = template("prelude.c").substitute(model=encode(model_name), helpers=helpers())
     kernels = tuple(_kernel_source(s) for s in specs)
     table = ", ".join(f"&{s.name}_entry" for s in specs) or "0"
     tail = ("\n" + "".join(f"extern const evo_kernel {s.name}_entry;\n" for s in specs)

@@ -30,28 +30,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from string import Template
 
-from evonnx.expr import Expr, ValueTable, substitute, walk
-from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Table, Var, is_nonneg, subs
-from evonnx.kernels.codegen_c import _helpers, _Kernel, bind_symbols, node_list
-from evonnx.kernels.cprint import CTYPE, Names, print_const, print_expr, print_poly
+from evonnx.expr import Expr, substitute, walk
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, subs
+from evonnx.kernels.cprint import CTYPE, Names, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
-from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, prod, tables_in, temporaries
+from evonnx.kernels.printing import Tables, bind_symbols, helpers, kernel_symbols, node_list, template
+from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, prod, temporaries
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
 
-_TEMPLATES = Path(__file__).with_name("templates")
 _I32_LIMIT = "2147483647.0"
 # Vector types nvcc stores in one instruction, by byte width.
 _VECTOR = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _SIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "uint16": 2,
          "uint32": 4, "uint64": 8, "bool": 1}
-
-
-def _template(name: str) -> Template:
-    return Template((_TEMPLATES / name).read_text())
 
 
 @dataclass
@@ -67,35 +60,14 @@ class _CudaKernel:
 
     def __init__(self, spec: KernelSpec):
         self.spec = spec
-        k = _Kernel(spec)  # the CPU generator's size symbols and their C names, so both sides bind alike
-        self.syms: list[Sym] = k.syms
-        self.sym_names: dict[Sym, str] = k.sym_names
-        self.tables: dict[object, str] = {}
-        self.table_decls: list[str] = []
+        self.syms, self.sym_names = kernel_symbols(spec)  # as the CPU side names them, so both bind alike
+        self.tables = Tables(spec.name, "__device__ ")
         self.pieces: list[_CudaPiece] = []
         for oi, o in enumerate(spec.outputs):
             o = nonempty_view(o)
             out_view = View.dense(o.shape)
             for pi, piece in enumerate(pieces(o)):
                 self._add_piece(oi, o, pi, piece.ranges, out_view)
-
-    # -- constant tables live in device global memory (read through the read-only cache) ---------------
-    def _table(self, t: Table | ValueTable) -> None:
-        if t in self.tables:
-            return
-        name = f"{self.spec.name}_t{len(self.tables)}"
-        self.tables[t] = name
-        if isinstance(t, Table):
-            vals = ", ".join(f"INT64_C({v})" for v in t.values)
-            self.table_decls.append(f"static __device__ const int64_t {name}[{len(t.values)}] = {{{vals}}};")
-        else:
-            vals = ", ".join(print_const(v, t.dtype) for v in t.values)
-            self.table_decls.append(
-                f"static __device__ const {CTYPE[t.dtype]} {name}[{len(t.values)}] = {{{vals}}};")
-
-    def _collect_tables(self, e: Expr) -> None:
-        for t in tables_in(e):
-            self._table(t)
 
     # -- one piece --------------------------------------------------------------------------------------
     def _add_piece(self, oi: int, o: KernelOutput, pi: int, ranges: tuple[tuple[Poly, Poly], ...],
@@ -117,8 +89,8 @@ class _CudaKernel:
             m = {unroll: Poly.of(u)} if unroll is not None else {}
             roots.append((subs(pos, m), substitute(expr, m)))
         for _, e in roots:
-            self._collect_tables(e)
-        names = Names(cvars, self.sym_names, self.tables, index_type="I")
+            self.tables.collect(e)
+        names = Names(cvars, self.sym_names, self.tables.names, index_type="I")
         fname = f"{self.spec.name}_o{oi}_p{pi}"
         total = prod(exts)
         note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in ranges) + "), work items " + " x ".join(
@@ -126,7 +98,7 @@ class _CudaKernel:
         if isinstance(unroll, Var):
             note += f", {unroll.extent} unrolled"
         params, args = self._params()
-        device = _template("piece.cu").substitute(
+        device = template("piece.cu").substitute(
             kernel=self.spec.name, output=oi, tensor=encode(o.name), piece=pi, extent_note=encode(note, limit=400),
             fname=fname,
             params=params, args=args, bindings=self._bindings(exts, names), unravel=_unravel(len(exts)),
@@ -276,15 +248,15 @@ def _device_source(k: _CudaKernel) -> str:
     for oi, o in enumerate(spec.outputs):
         io.append(f" * out{oi}: {encode(o.name)} {o.dtype}[{encode(', '.join(map(str, o.shape)), limit=240)}] reads "
                   + encode("; ".join(o.reads), limit=400))
-    return _template("kernel.cu").substitute(
+    return template("kernel.cu").substitute(
         kernel=spec.name, nodes=node_list(spec.source_nodes), ops=encode(" ".join(spec.source_ops), limit=400),
-        io_comment="\n".join(io), tables="\n".join(k.table_decls) + ("\n" if k.table_decls else ""),
+        io_comment="\n".join(io), tables=k.tables.text(),
         pieces="".join(p.device for p in k.pieces))
 
 
 def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
     """The CUDA source of every kernel of one model: two `extern "C" __global__` functions per piece."""
-    parts = [_template("prelude.cu").substitute(model=encode(model_name), helpers=_helpers())]
+    parts = [template("prelude.cu").substitute(model=encode(model_name), helpers=helpers())]
     parts.extend(_device_source(k) for k in _cuda_kernels(specs))
     source = "".join(parts)
     lint(source, f"CUDA kernels of {encode(model_name)}")
@@ -308,7 +280,7 @@ def _host_source(k: _CudaKernel) -> str:
             f"    launches[{n}].entry = bound <= {_I32_LIMIT} ? {2 * n} : {2 * n + 1};\n"
             f"    launches[{n}].total = {print_poly(p.total, names)};")
     entries = ",\n".join(f"    \"{p.fname}_i32\", \"{p.fname}_i64\"" for p in k.pieces)
-    return _template("cuda_host.c").substitute(
+    return template("cuda_host.c").substitute(
         kernel=spec.name, entries=entries, sym_binding=sym_binding, sym_fill=sym_fill,
         launches="\n".join(launches), n_entries=2 * len(k.pieces), n_launches=len(k.pieces),
         n_syms=len(k.syms))
