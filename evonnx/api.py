@@ -17,22 +17,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import onnx
+import onnx_graphsurgeon as gs
 
 from evonnx.errors import EvonnxError, InvalidModelError, UsageError, VerificationError
 from evonnx.index import Poly, Sym
 from evonnx.inputs import AmbiguousInputs, load_user_inputs
 from evonnx.isolate import CrashError
+from evonnx.kernels.build import build_model_library
+from evonnx.kernels.codegen_c import generate_source
+from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
 from evonnx.measure import Comparison, MeasureError, compare_models, profile_nodes
 from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
 from evonnx.passes.ort_layout import fold_like_onnxruntime
+from evonnx.passes.pipeline import PipelineResult, run_pipeline
 from evonnx.records import FusionPlan, KernelSpec
+from evonnx.report import report_json
 from evonnx.verify import CheckResult, check_models, check_sizes, input_symbols, make_inputs
 
 if TYPE_CHECKING:
     import numpy as np
     import onnxruntime as ort
-
-    from evonnx.passes.pipeline import PipelineResult
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +249,6 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                              result.plan, checked, time.perf_counter() - t0, guarded,
                              _folded_away(as_written, original))
         if report is not None:
-            from evonnx.report import report_json
-
             staged.path(Path(report)).write_text(report_json(out, result, out_model, planner))
         staged.commit()
     return out
@@ -276,12 +278,6 @@ class _BuildRequest:
 def _build(req: _BuildRequest, leave: Mapping[str, str],
            check: bool) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None]:
     """Plan (leaving the nodes `leave` names to onnxruntime), generate, build and check into the staged paths."""
-    import onnx_graphsurgeon as gs
-
-    from evonnx.kernels.build import build_model_library
-    from evonnx.kernels.codegen_c import generate_source
-    from evonnx.passes.pipeline import run_pipeline
-
     original, as_written, dst, lib, staged = req.original, req.as_written, req.dst, req.lib, req.staged
     target, dump_dir, cflags, ort_headers, cuda_archs = (req.target, req.dump_dir, req.cflags, req.ort_headers,
                                                          req.cuda_archs)
@@ -301,8 +297,6 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
     source = generate_source(result.specs, dst.name)
     cuda_source = None
     if target in ("cuda", "both"):
-        from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
-
         source = source.append(generate_cuda_host(result.specs))
         cuda_source = generate_cuda(result.specs, dst.name)
     if dump_dir is not None:
@@ -526,8 +520,6 @@ def _sizes_from_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int
 
 
 def _dump(d: Path, result: object, source: str, out_model: onnx.ModelProto, cuda_source: str | None) -> None:
-    from evonnx.passes.pipeline import PipelineResult
-
     assert isinstance(result, PipelineResult)
     lines = [str(g) for g in result.plan.groups] + ["", "left to onnxruntime:"]
     lines += [f"  {r}" for r in result.plan.rejected]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evonnx.index import Atom, Poly, PolyLike, floordiv, is_le, is_lt, is_nonneg
+from evonnx.index import Atom, Poly, PolyLike, floordiv, is_le, is_lt, is_nonneg, subs
 
 FLOATS = ("float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
@@ -452,8 +452,6 @@ def guarded_where(c: Expr, a: Expr, b: Expr) -> Expr:
 
 def substitute(e: Expr, mapping: Mapping[Atom, PolyLike]) -> Expr:
     """`e` with index atoms (loop variables) replaced by polynomials, folded again."""
-    from evonnx.index import subs
-
     memo: dict[Expr, Expr] = {}
     atoms: dict[Atom, Poly] = {}  # index.subs's memo, shared by every index of `e`
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evonnx.errors import VerificationError
 from evonnx.isolate import doing, isolated
 
 if TYPE_CHECKING:
@@ -244,8 +245,6 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
         opt_sess = session(optimized, library)
         opt_sess.run(None, dict(feeds))
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types
-        from evonnx.errors import VerificationError
-
         # the original runs on these inputs: an optimized model that does not is wrong, not merely slow
         raise VerificationError(f"the optimized model fails where the original runs (timing inputs): "
                                 f"{str(e).splitlines()[0][:200]}") from e

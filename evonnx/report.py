@@ -17,23 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-if TYPE_CHECKING:  # api imports this module when it writes a report
+from evonnx.passes.classify import MapKind, classify
+from evonnx.passes.lower_ops import FREE_OPS
+from evonnx.passes.pipeline import PipelineResult
+
+if TYPE_CHECKING:  # api imports this module; the result type is only named here
     from evonnx.api import OptimizeResult
-    from evonnx.passes.pipeline import PipelineResult
 
 
 def _traffic(nodes: list[tuple[str, list[str]]], nbytes: dict[str, float]) -> float:
     """Bytes read and written by nodes given as (op_type, tensor names touched)."""
-    from evonnx.passes.lower_ops import FREE_OPS
-
     return sum(sum(nbytes.get(t, 0.0) for t in names if t) for op, names in nodes
                if op not in FREE_OPS and op != "Constant")
 
 
 def build_report(result: OptimizeResult, pipeline: PipelineResult, out_model: onnx.ModelProto,
                  planner: str) -> dict[str, Any]:
-    from evonnx.passes.classify import MapKind, classify
-
     g, an = pipeline.graph, pipeline.analysis
     remaining = {n.name for n in out_model.graph.node}
     candidates = [n for n in g.nodes if n.op != "Constant" and classify(n, an) is not MapKind.OPAQUE]

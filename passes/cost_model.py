@@ -23,6 +23,8 @@ import json
 import logging
 import os
 import platform
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -34,6 +36,7 @@ from evonnx import expr as E
 from evonnx.index import Atom, Poly, Var, evaluate, var
 from evonnx.passes.analyze import Analysis
 from evonnx.paths import cache_dir
+from evonnx.toolchain import c_compiler, kernel_cflags
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +215,6 @@ int main(void) {
 def _kernel_speeds() -> tuple[float, float, float]:
     """ns per simple operation, per exp and per reduction step in loops built like the generated kernels (same
     compiler, same flags); numpy's speeds when no compiler is found (they include memory traffic)."""
-    import subprocess
-    import tempfile
-
-    from evonnx.toolchain import c_compiler, kernel_cflags
-
     cc = c_compiler()
     if cc is not None:
         with tempfile.TemporaryDirectory() as d:

@@ -24,18 +24,15 @@ measured never-slower guard (`api.optimize`) remains the net for what they miss.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
 from evonnx.isolate import doing, isolated
-from evonnx.passes.analyze import _constant_node_value
+from evonnx.model import _name_nodes
+from evonnx.passes.analyze import Analysis, _constant_node_value
 from evonnx.passes.lower_ops import REDUCTIONS
-
-if TYPE_CHECKING:
-    from evonnx.passes.analyze import Analysis
 
 CONVS = frozenset({"Conv", "ConvTranspose"})
 # consumers that read the blocked layout directly
@@ -181,8 +178,6 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     holds only standard ONNX ops (anything else: None), keeps `model`'s opset imports and IR version, and is shape-
     inferred and named as `load_model` does. None where onnxruntime cannot load the model or write it back; the
     caller then plans on `model` itself. Nothing is left in the temp folder."""
-    from evonnx.model import _name_nodes
-
     try:
         data = model.SerializeToString()
     except ValueError:  # over 2 GB: onnxruntime would need external data
