@@ -128,6 +128,11 @@ def reset_names() -> None:
     _var_ids = iter(range(1 << 62))
 
 
+def fresh_table_id() -> int:
+    """A number for a new table's name, unique within one pipeline run."""
+    return next(_table_ids)
+
+
 def fresh_var(extent: Poly) -> Poly:
     """A new loop variable for a reduction over `extent` elements."""
     return var(f"_r{next(_var_ids)}", extent)

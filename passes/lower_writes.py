@@ -82,7 +82,6 @@ def _write(data: Lazy, upd_at: Callable[[tuple[Poly, ...]], Expr], conds_of: Wri
 # through tables over the written positions' bounding box: at most this many slots (times the writes per slot).
 MAX_SCATTER_TABLE = 1 << 16
 MAX_SCATTER_WRITES = 16  # one select per write to a position: more would make every element pay for them
-_tables = iter(range(1 << 62))
 
 
 def _combine(reduction: str, old: Expr, new: Expr) -> Expr:
@@ -120,7 +119,7 @@ def _tabled_write(op: str, data: Lazy, upd: Lazy, targets: np.ndarray, axes: Seq
     for pos, slot in enumerate(flat.tolist()):
         tables[seen[slot]][slot] = pos
         seen[slot] += 1
-    n = next(_tables)
+    n = L.fresh_table_id()
     count_t = Table(f"scount{n}", tuple(int(c) for c in counts))
     write_t = [Table(f"swrite{n}_{r}", tuple(t)) for r, t in enumerate(tables)]
     for j, a in enumerate(axes):

@@ -24,7 +24,6 @@ from evonnx.records import FusionPlan, KernelSpec
 
 log = logging.getLogger(__name__)
 
-PASSES = ("analyze", "analyze_dependences", "plan_fusion | plan_search", "lower_groups", "rewrite")
 PLANNERS = ("greedy", "search")
 
 

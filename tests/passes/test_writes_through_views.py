@@ -145,3 +145,24 @@ def test_writes_through_views_match_onnxruntime(tmp_path_factory: pytest.TempPat
     got = evonnx.load_session(dst).run(None, {"x": x})
     for r, g in zip(ref, got):
         np.testing.assert_array_equal(g, r)
+
+
+def test_a_tabled_scatter_comes_out_the_same_in_every_run_of_one_process() -> None:
+    """Constant indices that are no affine grid are lowered through tables; their names are numbered per pipeline
+    run, so one model gives the same kernel (and library fingerprint) however many models the process planned."""
+    from evonnx.kernels.codegen_c import generate
+    from evonnx.passes.pipeline import run_pipeline
+    from evonnx.records import kernel_fingerprint
+
+    nodes = [helper.make_node("Neg", ["x"], ["n"], name="a"), helper.make_node("Neg", ["u"], ["m"], name="b"),
+             helper.make_node("ScatterND", ["n", "idx", "m"], ["s"], name="c"), helper.make_node("Abs", ["s"], ["y"], name="d")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 8]),
+                     helper.make_tensor_value_info("u", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 8])],
+        [numpy_helper.from_array(np.array([[3], [1], [6]], np.int64), "idx")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    runs = [run_pipeline(model, planner="greedy").specs for _ in range(3)]
+    assert "scount" in str(runs[0][0].outputs[0].expr), "the scatter is lowered through tables"
+    assert len({tuple(kernel_fingerprint(s) for s in specs) for specs in runs}) == 1
+    assert len({generate(specs, "m") for specs in runs}) == 1
