@@ -140,6 +140,15 @@ def _loop(head: str, statements: Sequence[str]) -> list[str]:
     return [f"{head} {{", *(f"    {st}" for st in statements), "}"]
 
 
+def _sum_type(e: Reduce, t: str) -> str:
+    """The accumulator type of a sum: double for float32. Over thousands of elements one float accumulator per SIMD
+    lane was about ten times less accurate than onnxruntime's float sum (relative errors 1e-6 against 1e-7 for
+    4,099 x 2 positive values); in double evonnx's sum is the exact one rounded once, so it differs from
+    onnxruntime's by onnxruntime's own error only. Products stay in their type (their overflow and underflow are
+    onnxruntime's)."""
+    return "double" if e.op == "sum" and t == "float" else t
+
+
 def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], simd: bool) -> tuple[list[str], str]:
     """The statements of reduction `e` over loop variable `r` < `ext` of element `body` (preceded in each loop by
     `inner`, the statements of the reductions inside it), and the C expression of its result."""
@@ -180,8 +189,10 @@ def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], s
                 f"({r}_nan0 ? ({t})NAN : {r}_acc)")
     if e.op in _IDENTITY:
         op = "+" if e.op == "sum" else "*"
-        return ([f"{t} {r}_acc = {print_const(_IDENTITY[e.op], e.dtype)};", *pragma(op, f"{r}_acc"),
-                 *_loop(loop, [*inner, f"{r}_acc = {r}_acc {op} ({body});"])], f"{r}_acc")
+        acc_t = _sum_type(e, t) if simd else t
+        return ([f"{acc_t} {r}_acc = {print_const(_IDENTITY[e.op], e.dtype)};", *pragma(op, f"{r}_acc"),
+                 *_loop(loop, [*inner, f"{r}_acc = {r}_acc {op} ({body});"])],
+                f"({t}){r}_acc" if acc_t != t else f"{r}_acc")
     if e.op in ("argmax", "argmin"):
         better = (">" if e.op == "argmax" else "<") + ("=" if e.attr else "")
         take = f"if ({r} == 0 || {r}_v {better} {r}_best) {{ {r}_best = {r}_v; {r}_at = {r}; }}"
@@ -237,9 +248,10 @@ def lane_reduce(e: Reduce, names: Names, bind: str, lanes: int) -> list[str]:
     loop = f"for (int64_t {r} = 0; {r} < {ext}; ++{r})"
     if e.op in _IDENTITY:
         op = "+" if e.op == "sum" else "*"
-        lines = [*init([(t, f"{r}_acc", print_const(_IDENTITY[e.op], e.dtype))]),
+        acc_t = _sum_type(e, t)
+        lines = [*init([(acc_t, f"{r}_acc", print_const(_IDENTITY[e.op], e.dtype))]),
                  *_loop(loop, per_lane([value, f"{r}_acc[ll] = {r}_acc[ll] {op} {r}_v;"]))]
-        result = f"{r}_acc[ll]"
+        result = f"({t}){r}_acc[ll]" if acc_t != t else f"{r}_acc[ll]"
     elif e.op in ("max", "min"):
         cmp = ">" if e.op == "max" else "<"
         step = [value, f"{r}_acc[ll] = {r}_v {cmp} {r}_acc[ll] ? {r}_v : {r}_acc[ll];"]
