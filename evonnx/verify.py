@@ -55,11 +55,16 @@ class CheckResult:
     user_sets: int = 0  # --inputs sets run
     skipped: list[str] = field(default_factory=list)  # size plans onnxruntime did not run on the original
     flips: int = 0  # integer/bool elements of inexact kernels decided the other way at a rounding threshold
+    # float elements where onnxruntime's own rounding (a long sum in its order) is off the float64 value by more
+    # than the tolerance, and evonnx's value is at least as close to it
+    closer: int = 0
 
     def __str__(self) -> str:
         distinct = list(dict.fromkeys(",".join(f"{k}={v}" for k, v in r.items()) or "static sizes" for r in self.runs))
         user = f", {self.user_sets} input sets of yours" if self.user_sets else ""
         flips = f", {self.flips} decisions flipped by rounding at their threshold" if self.flips else ""
+        flips += (f", {self.closer} values where onnxruntime's float32 rounding is further from the float64 "
+                  f"result than evonnx's" if self.closer else "")
         skipped = f"; skipped {'; '.join(self.skipped)[:240]}" if self.skipped else ""
         return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({'; '.join(distinct)}; "
                 f"{len(REGIMES)} value regimes{user}), {self.exact} exact, max relative error "
@@ -323,6 +328,84 @@ def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[st
     return True
 
 
+def as_float64(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """`model` computed in float64 wherever it computes in float32 (inputs, outputs, initializers, Constant
+    values, Cast and ConstantOfShape targets), or None where it holds a subgraph or a custom op. onnxruntime may
+    still reject it (an op without a double kernel): the caller then has no float64 reference."""
+    if any(n.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                   for a in n.attribute) for n in model.graph.node):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    del g.value_info[:]
+    f32, f64 = onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+    for vi in [*g.input, *g.output]:
+        if vi.type.tensor_type.elem_type == f32:
+            vi.type.tensor_type.elem_type = f64
+
+    def widen(t: onnx.TensorProto) -> None:
+        if t.data_type == f32:
+            t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t).astype(np.float64), t.name))
+
+    for t in g.initializer:
+        widen(t)
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                widen(a.t)
+            elif a.type == onnx.AttributeProto.FLOAT and n.op_type == "Constant":
+                n.attribute.remove(a)
+                n.attribute.append(onnx.helper.make_attribute("value", onnx.helper.make_tensor("v", f64, [], [a.f])))
+                break
+            elif a.type == onnx.AttributeProto.FLOATS and n.op_type == "Constant":
+                vals = list(a.floats)
+                n.attribute.remove(a)
+                n.attribute.append(onnx.helper.make_attribute("value", onnx.helper.make_tensor("v", f64, [len(vals)],
+                                                                                              vals)))
+                break
+            elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f32:
+                a.i = f64
+    return out
+
+
+def _closer_than_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray],
+                             ref: np.ndarray, got: np.ndarray, result: CheckResult) -> bool:
+    """Whether, where the float32 output `name` differs beyond tolerance, evonnx's value is at least as close to
+    the original model computed in float64 as onnxruntime's own: a sum of thousands of values with both signs in
+    onnxruntime's order is off the float64 sum by more than the tolerance of the result (8,198 values of +-400
+    summing to 522, fuzz seed 200028), and no kernel can reproduce that order. Counted in `result.closer`."""
+    import onnxruntime as ort
+
+    if ref.dtype != np.float32:
+        return False
+    wide = as_float64(original)
+    if wide is None:
+        return False
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        doing("running the original model in float64")
+        sess = ort.InferenceSession(wide.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        at = [o.name for o in sess.get_outputs()].index(name)
+        r64 = np.asarray(sess.run(None, {k: v.astype(np.float64) if v.dtype == np.float32 else v
+                                         for k, v in feeds.items()})[at])
+    except Exception:  # noqa: BLE001 - no float64 reference, no excuse
+        return False
+    if r64.shape != ref.shape:
+        return False
+    scale = float(np.max(np.abs(ref[np.isfinite(ref)]), initial=1.0))
+    atol = ATOL_SCALE["float32"] * max(1.0, scale)
+    bad = ~np.isclose(got, ref, rtol=RTOL["float32"], atol=atol, equal_nan=True)
+    with np.errstate(all="ignore"):
+        g, r, w = got[bad].astype(np.float64), ref[bad].astype(np.float64), r64[bad]
+        ok = np.isfinite(g) & np.isfinite(r) & np.isfinite(w) & (np.abs(g - w) <= np.abs(r - w) + atol)
+    if not ok.all():
+        return False
+    result.closer += int(bad.sum())
+    return True
+
+
 def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
                  sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
                  seed: int = 0, equal_symbols: Sequence[tuple[str, str]] = (),
@@ -400,9 +483,13 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
             try:
                 _compare(out.name, ref, got, exact, result, out.name in signed)
             except VerificationError:
-                if exact or ref.dtype.kind in "fc" or ref.shape != got.shape or not (
-                        _large_integers_round(ref, got, result)
-                        or _flips_at_thresholds(original, out.name, feeds, ref, got, result)):
+                if exact or ref.shape != got.shape or ref.dtype != got.dtype:
+                    raise
+                if ref.dtype.kind in "fc":
+                    if not _closer_than_onnxruntime(original, out.name, feeds, ref, got, result):
+                        raise
+                elif not (_large_integers_round(ref, got, result)
+                          or _flips_at_thresholds(original, out.name, feeds, ref, got, result)):
                     raise
         return True
 

@@ -13,8 +13,10 @@ are views of `OPS`, never written by hand.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
+from evonnx.errors import InternalError
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import Derived, Handler, Known, MapKind, OpDef, Value, check_dtype
 from evonnx.passes.lower_math import DEFS as _MATH
@@ -63,4 +65,8 @@ def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], v
     try:
         return d.lower(op, dict(attrs), list(args), list(vals), n_out)
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
+        # A handler says why it leaves a node by raising Reject; anything else is a bug in it. Users still get
+        # the node left to onnxruntime (the model stays right), the test suite (EVONNX_DEBUG=1) gets the bug.
+        if os.environ.get("EVONNX_DEBUG", "0") != "0":
+            raise InternalError(f"the lowering of {op} raised {type(e).__name__}: {e}") from e
         raise Reject(f"{op}: {e}") from e

@@ -10,6 +10,9 @@ os.environ.setdefault("EVONNX_COST_MODEL", "defaults")
 # The never-slower guard times every optimized model against the original (about 2 s): off for the suite, whose
 # hundreds of optimizations are about correctness, and on in tests/test_guard.py, which tests the guard itself.
 os.environ.setdefault("EVONNX_GUARD", "0")
+# A lowering that raises anything but Reject is a bug in it: users get the node left to onnxruntime, the suite gets
+# an InternalError (passes/lower_ops.lower_node).
+os.environ.setdefault("EVONNX_DEBUG", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -260,3 +260,30 @@ def test_integer_divisors_never_make_onnxruntime_trap(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.startswith("1 passed"), proc.stdout
+
+
+def test_a_float_value_closer_to_float64_than_onnxruntimes_own_passes_and_a_further_one_fails() -> None:
+    """A long sum with both signs in onnxruntime's order can be off the exact sum by more than the tolerance of
+    the result (fuzz seed 200028); evonnx's value passes where it is at least as close to the model computed in
+    float64 as onnxruntime's, and only there."""
+    from evonnx.verify import CheckResult, _closer_than_onnxruntime, as_float64
+
+    nodes = [helper.make_node("ReduceSum", ["x"], ["r"], keepdims=1), helper.make_node("Mul", ["r", "half"], ["y"]),
+             helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1])],
+                              [numpy_helper.from_array(np.array(0.5, np.float32), "half")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    wide = as_float64(model)
+    assert wide is not None
+    assert {t.data_type for t in wide.graph.initializer} == {TensorProto.DOUBLE}
+    assert wide.graph.node[2].attribute[0].i == TensorProto.DOUBLE
+    x = (np.random.default_rng(0).standard_normal((4099, 2)) * 400).astype(np.float32)
+    exact = np.float32(x.astype(np.float64).sum() * 0.5).reshape(1, 1)
+    result = CheckResult()
+    off = np.float32(abs(float(exact[0, 0])) * 1e-3 + 1.0)  # well beyond rtol 1e-4 and atol
+    assert _closer_than_onnxruntime(model, "z", {"x": x}, exact + off, exact, result)
+    assert result.closer == 1
+    assert _closer_than_onnxruntime(model, "z", {"x": x}, exact + off, exact - off / 2, result)
+    assert not _closer_than_onnxruntime(model, "z", {"x": x}, exact + off, exact - 3 * off, result)
+    assert not _closer_than_onnxruntime(model, "z", {"x": x}, exact, exact + off, result)

@@ -31,3 +31,21 @@ def test_an_input_type_outside_the_definition_is_left_with_its_reason(op: str) -
     x = known((E.const(4, "int32"),), (), "int32")
     with pytest.raises(Reject, match=f"{op} on int32 is not supported"):
         R.lower_node(op, {}, [x], [None], 1)
+
+
+def test_a_lowering_that_fails_other_than_by_reject_is_an_internal_error_in_debug_mode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from evonnx.errors import InternalError
+    from evonnx.passes.lower_common import OpDef
+
+    def broken(op: str, attrs: dict, args: list, vals: list, n_out: int) -> list:
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(R.OPS, "Relu", OpDef("Relu", broken, MapKind.ONE_TO_ONE))
+    x = known((E.const(1.0, "float32"),), (), "float32")
+    monkeypatch.setenv("EVONNX_DEBUG", "1")
+    with pytest.raises(InternalError, match="the lowering of Relu raised KeyError"):
+        R.lower_node("Relu", {}, [x], [None], 1)
+    monkeypatch.setenv("EVONNX_DEBUG", "0")
+    with pytest.raises(Reject, match="Relu: 'a bug'"):
+        R.lower_node("Relu", {}, [x], [None], 1)

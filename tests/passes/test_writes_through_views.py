@@ -155,7 +155,8 @@ def test_a_tabled_scatter_comes_out_the_same_in_every_run_of_one_process() -> No
     from evonnx.records import kernel_fingerprint
 
     nodes = [helper.make_node("Neg", ["x"], ["n"], name="a"), helper.make_node("Neg", ["u"], ["m"], name="b"),
-             helper.make_node("ScatterND", ["n", "idx", "m"], ["s"], name="c"), helper.make_node("Abs", ["s"], ["y"], name="d")]
+             helper.make_node("ScatterND", ["n", "idx", "m"], ["s"], name="c"),
+             helper.make_node("Abs", ["s"], ["y"], name="d")]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 8]),
                      helper.make_tensor_value_info("u", TensorProto.FLOAT, [3, 8])],

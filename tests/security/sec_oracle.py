@@ -75,6 +75,7 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     # The optimize child is a process of its own already; evonnx's worker process (evonnx/isolate.py) would cost
     # each case a second Python start-up. A crash without it is looked at again with it (`optimize_case`).
     env.setdefault("EVONNX_ISOLATE", "0")
+    env.setdefault("EVONNX_DEBUG", "1")  # a lowering that fails other than by Reject is a finding, not a refusal
     env.update(extra or {})
     if "LD_PRELOAD" not in env:
         env["EVONNX_SEC_MEMORY_LIMIT"] = str(MEMORY_LIMIT)
@@ -188,6 +189,9 @@ def optimize_case(src: Path, dst: Path, dump: Path, work: Path, env: Mapping[str
         where = [ln.strip() for ln in last if ln.strip().startswith("File ")][-1:] or [""]
         outcome.findings.append(f"optimize raised {res['type']} (not an EvonnxError): {res['message'][:200]!r} "
                                 f"at {where[0][:200]}")
+    elif res["status"] == "refused" and res["type"] == "InternalError":
+        # a broken invariant (with EVONNX_DEBUG, a lowering that raised anything but Reject): evonnx's bug
+        outcome.findings.append(f"optimize: internal error: {res['message'][:300]}")
     elif res["status"] == "refused" and res["type"] == "BuildError":
         # Generated C that does not compile is evonnx's bug, and with model text in it, text reaching the compiler.
         first = res["message"].split("\n")
