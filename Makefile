@@ -23,7 +23,7 @@ demo: setup
 # Lint and strict typing first (issue 13): a failure stops CI before the 15-minute suite.
 test: setup
 	$(BIN)/ruff check evonnx passes kernels cli.py tests benchmarks models/*.py
-	$(BIN)/mypy -p evonnx
+	$(BIN)/python tests/typecheck.py
 	$(BIN)/python -m pytest -q
 
 bench: setup
@@ -31,7 +31,7 @@ bench: setup
 
 lint: setup
 	$(BIN)/ruff check evonnx passes kernels cli.py tests benchmarks models/*.py
-	$(BIN)/mypy -p evonnx
+	$(BIN)/python tests/typecheck.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

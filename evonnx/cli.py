@@ -1,1 +1,170 @@
-../cli.py
+"""The `evonnx` command line (click): parses arguments and calls the library; no logic of its own."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from evonnx.errors import EvonnxError
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_ERROR = 1  # an EvonnxError: bad input, a failed check, a failed build, an unwritable output
+EXIT_INTERNAL = 70  # a bug in evonnx (sysexits' EX_SOFTWARE)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGINT/SIGTERM: raise KeyboardInterrupt once, so every `finally` removes its temporary files; a second
+    signal would interrupt that cleanup, so both are ignored from then on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(signum)
+
+
+def _one_line_failures(command: F) -> F:
+    """Every failure of `command` is one line on stderr and a non-zero exit: `evonnx: error: ...` (exit 1) for
+    an EvonnxError, `evonnx: error: interrupted` (exit 128 + signal) for Ctrl-C or SIGTERM, and
+    `evonnx: internal error: ...` (exit 70) for anything else, a bug, whose traceback -vv shows."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        # onnxruntime's telemetry writes a `.ses` file into the temp folder when it is imported (imports are lazy).
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+        main_thread = threading.current_thread() is threading.main_thread()
+        # a signal the parent ignores (a background job's SIGINT, nohup) stays ignored
+        saved = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)
+                 if main_thread and signal.getsignal(s) is not signal.SIG_IGN}
+        try:
+            return command(*args, **kwargs)
+        except EvonnxError as e:
+            first, _, rest = str(e).partition("\n")
+            if rest:
+                log.info("%s", rest)
+            hint = " (-v shows more)" if rest and not log.isEnabledFor(logging.INFO) else ""
+            click.echo(f"evonnx: error: {first}{hint}", err=True)
+            sys.exit(EXIT_ERROR)
+        except KeyboardInterrupt as e:
+            signum = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
+            click.echo("evonnx: error: interrupted", err=True)
+            sys.exit(128 + signum)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors: click reports them itself
+        except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback at -vv
+            log.debug("traceback of the internal error:", exc_info=True)
+            first = (str(e).strip().splitlines() or [""])[0]
+            click.echo(f"evonnx: internal error: {type(e).__name__}: {first} (a bug in evonnx; rerun with -vv "
+                       f"for the traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
+        finally:
+            for s, handler in saved.items():
+                signal.signal(s, handler)
+
+    return run  # type: ignore[return-value]
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for v in values:
+        name, sep, rest = v.partition("=")
+        if not sep or not name or not rest:
+            raise click.BadParameter(f"expected NAME=VALUE, got '{v}'", param_hint=what)
+        out[name] = rest
+    return out
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError as e:
+        raise click.BadParameter(f"'{text}' is not a comma-separated list of integers", param_hint=what) from e
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.version_option(package_name="evonnx")
+def main(verbose: int) -> None:
+    """evonnx: view-aware fusion of ONNX post-processing into generated onnxruntime kernels."""
+    logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Optimized model (default MODEL.opt.onnx).")
+@click.option("--no-check", is_flag=True, help="Skip the comparison against onnxruntime (not recommended).")
+@click.option("--no-guard", is_flag=True,
+              help="Skip the never-slower guard (timing against onnxruntime on this machine; on by default).")
+@click.option("--dim", "dims", multiple=True, metavar="SYM=N", help="Size of a symbolic input dim for the check.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..",
+              help="Shape of an input for the check.")
+@click.option("--inputs", "inputs", type=click.Path(path_type=Path), metavar="FILE.npz|DIR",
+              help="Input sets the check runs too: an .npz by input name, or a folder of .npz files or of ONNX "
+                   "test data (input_N.pb).")
+@click.option("--dump-dir", type=click.Path(path_type=Path), help="Write the plan, kernels and graph here.")
+@click.option("--ort-headers", type=click.Path(path_type=Path), help="Folder with onnxruntime's C API headers.")
+@click.option("--cflag", "cflags", multiple=True, help="Extra C compiler flag for the kernels (e.g. -march=native).")
+@click.option("--planner", type=click.Choice(["search", "greedy"]), default="search", show_default=True,
+              help="Fusion planner: cost-model search or TVM-style greedy.")
+@click.option("--report", type=click.Path(path_type=Path), help="Write a JSON report (see README) here.")
+@click.option("--target", type=click.Choice(["cpu", "cuda", "both"]), default=None,
+              help="Kernels for onnxruntime's CPU EP, CUDA EP (needs nvcc), or both. "
+                   "[default: both when a GPU is visible, else cpu]")
+@click.option("--cuda-arch", "cuda_archs", default="sm_80,sm_90", show_default=True,
+              help="CUDA architectures for the CUBINs (PTX for the newest is added).")
+@_one_line_failures
+def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, dims: tuple[str, ...],
+             input_shapes: tuple[str, ...],
+             inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...],
+             planner: str, report: Path | None, target: str | None, cuda_archs: str) -> None:
+    """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
+    from evonnx.api import optimize as run
+
+    sizes = {k: _ints(v, "--dim")[0] for k, v in _pairs(dims, "--dim").items()}
+    shapes = {k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
+    if target is None:
+        from evonnx.kernels.build import cuda_device_count
+
+        target = "both" if cuda_device_count() > 0 else "cpu"
+    result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
+                 sizes=sizes or None, shapes=shapes or None, inputs=inputs, planner=planner, report=report,
+                 target=target, guard=False if no_guard else None,
+                 cuda_archs=[a for a in cuda_archs.split(",") if a])
+    click.echo(result.summary())
+
+
+@main.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-v", "--verbose", is_flag=True, help="Also a verdict per node, the dependences and each kernel's reads.")
+@click.option("--json", "as_json", is_flag=True, help="Everything -v says, as one JSON object.")
+@_one_line_failures
+def explain(model: Path, verbose: bool, as_json: bool) -> None:
+    """Say what optimize would fuse in MODEL: each kernel and what it absorbs, then what stays with onnxruntime,
+    grouped by reason."""
+    from evonnx.explain import explain as run
+
+    result = run(model)
+    click.echo(result.json() if as_json else result.text(verbose))
+
+
+@main.command("build-runtime")
+@click.option("--ort-headers", type=click.Path(path_type=Path), help="Folder with onnxruntime's C API headers.")
+@_one_line_failures
+def build_runtime(ort_headers: Path | None) -> None:
+    """Build the onnxruntime-facing part of the kernel library once for this install (otherwise done lazily)."""
+    from evonnx.kernels.build import runtime_object
+
+    click.echo(runtime_object(ort_headers))
+
+
+if __name__ == "__main__":
+    main()
