@@ -32,6 +32,7 @@ from evonnx.index import (
     Poly,
     Sym,
     Var,
+    product,
     subs,
 )
 from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_expr, print_poly, with_binding
@@ -47,7 +48,6 @@ from evonnx.kernels.schedule import (
     nonempty_view,
     piece_loops,
     pieces,
-    prod,
     temporaries,
     tile_axis,
     unguarded_reductions,
@@ -143,7 +143,7 @@ class _Kernel:
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
             range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,
             body=body, row_body=row_body, advance=advance))
-        total = print_poly(prod(outer_ext + [inner_ext]), names)
+        total = print_poly(product(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
 
@@ -182,7 +182,7 @@ class _Kernel:
             row_loop=_row_loop(decls, row_body, indent[:12]),
             pos=print_poly(pos, names)))
         # a task's unit is one row of the other outer loops and one block of TILE along w
-        units = f"{print_poly(prod(rest_ext), names)} * (({print_poly(outer_ext[w], names)} + {TILE - 1}) / {TILE})"
+        units = f"{print_poly(product(rest_ext), names)} * (({print_poly(outer_ext[w], names)} + {TILE - 1}) / {TILE})"
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, "
                          f"{max(1, _cost([(pos, expr)]))} * {TILE} * ({print_poly(inner_ext, names)}));")
 
@@ -243,7 +243,7 @@ class _Kernel:
             bindings=self._bindings(), lane_extent=print_poly(lane_ext, names),
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "),
             unit="\n".join(ln for ln in unit if ln.strip())))
-        units = f"{print_poly(prod(rest_ext), names)} * (({print_poly(lane_ext, names)} + {LANES - 1}) / {LANES})"
+        units = f"{print_poly(product(rest_ext), names)} * (({print_poly(lane_ext, names)} + {LANES - 1}) / {LANES})"
         work = max(1, len(roots)) * (max(1, _cost(roots)) + _reduce_work(roots))
         per_unit = f"{work} * {LANES}" + ("" if on_inner else f" * ({print_poly(inner_ext, names)})")
         self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, {per_unit});")

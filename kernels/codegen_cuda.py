@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evonnx.expr import Expr, substitute, walk
-from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, subs
+from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, product, subs
 from evonnx.kernels.cprint import CTYPE, Names, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import Tables, bind_symbols, helpers, kernel_symbols, node_list, template
-from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, prod, temporaries
+from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, temporaries
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
 
@@ -92,7 +92,7 @@ class _CudaKernel:
             self.tables.collect(e)
         names = Names(cvars, self.sym_names, self.tables.names, index_type="I")
         fname = f"{self.spec.name}_o{oi}_p{pi}"
-        total = prod(exts)
+        total = product(exts)
         note = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in ranges) + "), work items " + " x ".join(
             f"{cvars[lp.atom()]}<{e}" for lp, e in zip(loops, exts, strict=True))  # type: ignore[index]
         if isinstance(unroll, Var):

@@ -331,13 +331,6 @@ def loop_var(p: Poly) -> Var:
     return v
 
 
-def prod(ps: Sequence[Poly]) -> Poly:
-    out = Poly.of(1)
-    for p in ps:
-        out = out * p
-    return out
-
-
 def polys(x: Expr) -> list[Poly]:
     if isinstance(x, (Load, TableLoad)):
         return [x.index]

@@ -125,13 +125,6 @@ def const_indices(ind: np.ndarray, data: Lazy, axes: Sequence[int], op: str) -> 
     return ind
 
 
-def numel(shape: Sequence[Poly]) -> Poly:
-    out = Poly.of(1)
-    for d in shape:
-        out = out * d
-    return out
-
-
 class MapKind(Enum):
     """How an op maps input elements to output elements (after DNNFusion and the DP-fusion paper); see classify."""
 

@@ -9,7 +9,7 @@ from evonnx.expr import Const, Expr
 from evonnx.index import Poly, pmax, pmin, product
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
-from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals, const_ints, norm_axis, numel
+from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals, const_ints, norm_axis
 
 
 def _reduce_axes(op: str, attrs: Attrs, args: Args, vals: Vals, rank: int) -> tuple[list[int] | None, set[int]]:
@@ -42,7 +42,7 @@ def _empty_quirk(op: str, x: Lazy, axes: Sequence[int], quirk: set[int], keep: i
         # buffer"), or not, as its plan goes.
         raise Reject(f"{op} with negative axes of an input that can be empty: onnxruntime's result depends on its "
                      "memory plan")
-    empty = Poly.of(1) - pmin(numel(x.shape), Poly.of(1))
+    empty = Poly.of(1) - pmin(product(x.shape), Poly.of(1))
     return {a: Poly.of(1) + empty * (x.shape[a] - Poly.of(1)) for a in quirk}
 
 
@@ -170,7 +170,7 @@ def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
                       if keep or k != axis)
         # onnxruntime fails an arg-reduction over an empty axis when the result is not empty
         L.require_le(Poly.of(1), x.shape[axis], f"{op} over an empty axis {axis}",
-                     unless=Poly() if kept else numel(shape))
+                     unless=Poly() if kept else product(shape))
 
         def fn(idx: tuple[Poly, ...]) -> Expr:
             v = L.fresh_var(x.shape[axis])
