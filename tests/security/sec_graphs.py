@@ -229,7 +229,8 @@ class Builder:
         if x.dtype == "bool":
             op = self.draw(st.sampled_from(["Not", "Cast"]))
         elif x.dtype == "float32":
-            op = self.draw(st.sampled_from(["Neg", "Abs", "Exp", "Sigmoid", "Cast"]))
+            op = self.draw(st.sampled_from(["Neg", "Abs", "Exp", "Sigmoid", "Cast"]
+                                           + (["HardSwish"] if self.opset >= 14 else [])))
         else:
             op = self.draw(st.sampled_from(["Neg", "Abs", "Cast"]))
         if op == "Cast":
