@@ -6,6 +6,8 @@ the node (name and op type), the input slot, the expected and found values.
 
 from __future__ import annotations
 
+import os
+
 
 class EvonnxError(Exception):
     """Base of every error evonnx raises on purpose."""
@@ -21,6 +23,12 @@ class UnsupportedError(EvonnxError):
 
 class InternalError(EvonnxError):
     """A broken invariant inside evonnx: a bug, never the user's fault."""
+
+
+def debug_checks() -> bool:
+    """Whether evonnx checks its own invariants as it goes (`EVONNX_DEBUG=1`; the test suite and the fuzzer set
+    it): each pass's postconditions (passes/contracts.py), and a lowering that fails other than by Reject."""
+    return os.environ.get("EVONNX_DEBUG", "0") != "0"
 
 
 class UsageError(EvonnxError):

@@ -13,10 +13,9 @@ are views of `OPS`, never written by hand.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
-from evonnx.errors import InternalError
+from evonnx.errors import InternalError, debug_checks
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import Derived, Handler, Known, MapKind, OpDef, Value, check_dtype
 from evonnx.passes.lower_math import DEFS as _MATH
@@ -67,6 +66,6 @@ def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], v
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
         # A handler says why it leaves a node by raising Reject; anything else is a bug in it. Users still get
         # the node left to onnxruntime (the model stays right), the test suite (EVONNX_DEBUG=1) gets the bug.
-        if os.environ.get("EVONNX_DEBUG", "0") != "0":
+        if debug_checks():
             raise InternalError(f"the lowering of {op} raised {type(e).__name__}: {e}") from e
         raise Reject(f"{op}: {e}") from e

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import onnx
 import onnx_graphsurgeon as gs
 
+from evonnx.errors import debug_checks
 from evonnx.model import default_opset, overridable
+from evonnx.passes import contracts
 from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
@@ -74,6 +76,9 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
             if name in an.lowered and name not in kept:
                 an.lowered[name] = Reject(reason)
     log.info("analyze: %d tensors, %d nodes", len(an.tensors), len(g.nodes))
+    checking = debug_checks()
+    if checking:
+        contracts.after_analyze(g, an)
     deps = analyze_dependences(g, an)
     log.info("dependences: %d storages written through views, %d edges", len(deps.storages), len(deps.edges))
     stats = node_stats(g, an, sizes)
@@ -83,6 +88,8 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
     else:
         plan = plan_fusion(g, an, deps, cfg=cfg)
     log.info("%s planner: %d groups, %d nodes left to onnxruntime", planner, len(plan.groups), len(plan.rejected))
+    if checking:
+        contracts.after_plan(g, an, plan)
     specs, _ = lower_groups(g, plan, an)
     while True:
         if cycle := kernels_on_cycle(g, specs):
@@ -95,5 +102,9 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
             break
         specs, _ = lower_groups(g, plan, an)
     log.info("lower_groups: %d kernels", len(specs))
+    if checking:
+        contracts.after_lower(g, plan, specs)
     optimized = rewrite(g, specs, an)
+    if checking:
+        contracts.after_rewrite(optimized, specs)
     return PipelineResult(g, an, deps, stats, cm, plan, specs, optimized)

@@ -1,0 +1,54 @@
+"""The passes' postconditions (passes/contracts.py, on under EVONNX_DEBUG=1 as in this suite): a plan, kernels or
+a rewritten graph that break one are an InternalError naming the pass, not a model that may or may not fail later."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import onnx_graphsurgeon as gs
+import pytest
+
+from evonnx.errors import InternalError
+from evonnx.model import load_model
+from evonnx.passes import contracts
+from evonnx.passes.pipeline import PipelineResult, run_pipeline
+from evonnx.records import FusionGroup
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "delta2bbox.onnx"
+
+
+@pytest.fixture(scope="module")
+def result() -> PipelineResult:
+    return run_pipeline(load_model(MODEL), planner="greedy")  # the suite runs it with every contract checked
+
+
+def test_a_real_pipeline_keeps_every_contract(result: PipelineResult) -> None:
+    contracts.after_analyze(result.graph, result.analysis)
+    contracts.after_plan(result.graph, result.analysis, result.plan)
+    contracts.after_lower(result.graph, result.plan, result.specs)
+    contracts.after_rewrite(result.optimized, result.specs)
+    assert result.specs
+
+
+def test_a_node_in_two_groups_breaks_the_plan(result: PipelineResult) -> None:
+    first = result.plan.groups[0]
+    twice = dataclasses.replace(result.plan, groups=(*result.plan.groups, FusionGroup("evo_x", first.nodes[:1],
+                                                                                     first.ops[:1])))
+    with pytest.raises(InternalError, match=r"after plan: node .* is in two groups"):
+        contracts.after_plan(result.graph, result.analysis, twice)
+
+
+def test_a_kernel_writing_what_its_nodes_do_not_compute_breaks_lowering(result: PipelineResult) -> None:
+    spec = result.specs[0]
+    stray = dataclasses.replace(spec.outputs[0], name=spec.inputs[0].name)
+    bad = dataclasses.replace(spec, outputs=(stray, *spec.outputs[1:]))
+    with pytest.raises(InternalError, match="after lower_groups: kernel .* which its nodes do not compute"):
+        contracts.after_lower(result.graph, result.plan, [bad, *result.specs[1:]])
+
+
+def test_a_node_reading_an_uncomputed_tensor_breaks_the_rewrite(result: PipelineResult) -> None:
+    g = result.optimized.copy()
+    g.nodes.insert(0, gs.Node("Neg", "early", inputs=[g.nodes[-1].outputs[0]], outputs=[gs.Variable("neg_out")]))
+    with pytest.raises(InternalError, match="after rewrite: node 'early' .* before anything computes it"):
+        contracts.after_rewrite(g, result.specs)
