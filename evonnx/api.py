@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,8 +30,8 @@ from evonnx.measure import Comparison, MeasureError, compare_models, profile_nod
 from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.passes.pipeline import PipelineResult, run_pipeline
-from evonnx.records import FusionPlan, KernelSpec
-from evonnx.report import report_json
+from evonnx.records import KernelSpec
+from evonnx.report import GuardResult, OptimizeResult, report_json
 from evonnx.verify import CheckResult, check_models, check_sizes, input_symbols, make_inputs
 
 if TYPE_CHECKING:
@@ -65,62 +65,6 @@ GUARD_STAGES = (
     ("reading", "kernels that read outputs of convolutions, pooling, Resize or MatMul"),
     ("all", "every kernel"),
 )
-
-
-@dataclass
-class GuardResult:
-    """What the never-slower guard measured (`evonnx.measure.compare_models`) and left to onnxruntime."""
-
-    comparisons: list[Comparison]  # the final model against the original, per thread count
-    dropped: list[tuple[str, int, str]] = field(default_factory=list)  # (what, kernels, the measurement before)
-    note: str = ""
-
-    def __str__(self) -> str:
-        if self.note:
-            return self.note
-        text = "; ".join(str(c) for c in self.comparisons) or "no kernel kept: the model is written as the original"
-        for what, n, before in self.dropped:
-            text += f"; left {what} ({n}) to onnxruntime after {before}"
-        return text
-
-    def as_dict(self) -> dict[str, object]:
-        return {"comparisons": [c.as_dict() for c in self.comparisons], "note": self.note,
-                "dropped": [{"what": w, "kernels": n, "measured_before": b} for w, n, b in self.dropped]}
-
-
-@dataclass
-class OptimizeResult:
-    output: Path
-    library: Path
-    nodes_before: int
-    nodes_after: int
-    kernels: list[KernelSpec]
-    plan: FusionPlan
-    check: CheckResult | None
-    seconds: float
-    guard: GuardResult | None = None
-    # nodes of the model as written that onnxruntime folds or fuses at session start (constant folding, Conv+BN):
-    # planned on the graph onnxruntime runs, they are neither fused nor left
-    folded: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        copies = (f", {self.plan.copies_removed} full-tensor copies of scatter writes removed"
-                  if self.plan.copies_removed else "")
-        lines = [f"{self.output}: {self.nodes_before} nodes -> {self.nodes_after} "
-                 f"({len(self.kernels)} fused kernels{copies}); library {self.library}"]
-        for k in self.kernels:
-            ops: dict[str, int] = {}
-            for op in k.source_ops:
-                ops[op] = ops.get(op, 0) + 1
-            absorbed = ", ".join(f"{op}x{n}" if n > 1 else op for op, n in sorted(ops.items()))
-            lines.append(f"  {k.name}: {len(k.source_ops)} nodes -> 1 [{absorbed}]"
-                         f"{' exact' if k.exact else ''}")
-        if self.folded:
-            lines.append(f"  {len(self.folded)} nodes folded by onnxruntime itself at session start")
-        lines.append(f"  check: {self.check if self.check is not None else 'skipped (--no-check)'}")
-        lines.append(f"  guard: {self.guard if self.guard is not None else 'skipped (--no-guard)'}")
-        lines.append(f"  time: {self.seconds:.2f} s")
-        return "\n".join(lines)
 
 
 def _folded_away(as_written: onnx.ModelProto, planned: onnx.ModelProto) -> list[str]:

@@ -1,4 +1,5 @@
-"""The machine-readable report of one `optimize` run (`--report report.json`).
+"""What one `optimize` run tells its caller: `OptimizeResult` (with the guard's `GuardResult`), its one-screen
+summary, and the machine-readable report (`--report report.json`).
 
 Keys (README "Report"): nodes_before, nodes_after, kernels, fusion_ratio, bytes_before, bytes_after, groups,
 check, plus planner, copies_removed, rejected, folded_by_onnxruntime, cost_model, seconds.
@@ -12,17 +13,74 @@ check, plus planner, copies_removed, rejected, folded_by_onnxruntime, cost_model
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import onnx
 
+from evonnx.measure import Comparison
 from evonnx.passes.classify import MapKind, classify
 from evonnx.passes.lower_ops import FREE_OPS
 from evonnx.passes.pipeline import PipelineResult
+from evonnx.records import FusionPlan, KernelSpec
+from evonnx.verify import CheckResult
 
-if TYPE_CHECKING:  # api imports this module; the result type is only named here
-    from evonnx.api import OptimizeResult
+
+@dataclass
+class GuardResult:
+    """What the never-slower guard measured (`evonnx.measure.compare_models`) and left to onnxruntime."""
+
+    comparisons: list[Comparison]  # the final model against the original, per thread count
+    dropped: list[tuple[str, int, str]] = field(default_factory=list)  # (what, kernels, the measurement before)
+    note: str = ""
+
+    def __str__(self) -> str:
+        if self.note:
+            return self.note
+        text = "; ".join(str(c) for c in self.comparisons) or "no kernel kept: the model is written as the original"
+        for what, n, before in self.dropped:
+            text += f"; left {what} ({n}) to onnxruntime after {before}"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {"comparisons": [c.as_dict() for c in self.comparisons], "note": self.note,
+                "dropped": [{"what": w, "kernels": n, "measured_before": b} for w, n, b in self.dropped]}
+
+
+@dataclass
+class OptimizeResult:
+    output: Path
+    library: Path
+    nodes_before: int
+    nodes_after: int
+    kernels: list[KernelSpec]
+    plan: FusionPlan
+    check: CheckResult | None
+    seconds: float
+    guard: GuardResult | None = None
+    # nodes of the model as written that onnxruntime folds or fuses at session start (constant folding, Conv+BN):
+    # planned on the graph onnxruntime runs, they are neither fused nor left
+    folded: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        copies = (f", {self.plan.copies_removed} full-tensor copies of scatter writes removed"
+                  if self.plan.copies_removed else "")
+        lines = [f"{self.output}: {self.nodes_before} nodes -> {self.nodes_after} "
+                 f"({len(self.kernels)} fused kernels{copies}); library {self.library}"]
+        for k in self.kernels:
+            ops: dict[str, int] = {}
+            for op in k.source_ops:
+                ops[op] = ops.get(op, 0) + 1
+            absorbed = ", ".join(f"{op}x{n}" if n > 1 else op for op, n in sorted(ops.items()))
+            lines.append(f"  {k.name}: {len(k.source_ops)} nodes -> 1 [{absorbed}]"
+                         f"{' exact' if k.exact else ''}")
+        if self.folded:
+            lines.append(f"  {len(self.folded)} nodes folded by onnxruntime itself at session start")
+        lines.append(f"  check: {self.check if self.check is not None else 'skipped (--no-check)'}")
+        lines.append(f"  guard: {self.guard if self.guard is not None else 'skipped (--no-guard)'}")
+        lines.append(f"  time: {self.seconds:.2f} s")
+        return "\n".join(lines)
 
 
 def _traffic(nodes: list[tuple[str, list[str]]], nbytes: dict[str, float]) -> float:

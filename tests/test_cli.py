@@ -170,12 +170,12 @@ def test_cli_optimize_report_into_missing_folder_writes_nothing(tmp_path: Path) 
 
 def test_cli_internal_error_is_one_line_and_writes_nothing(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import evonnx.passes.pipeline
+    import evonnx.api
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(evonnx.passes.pipeline, "run_pipeline", broken)
+    monkeypatch.setattr(evonnx.api, "run_pipeline", broken)
     result = CliRunner().invoke(main, ["optimize", str(SMALL_MODEL), "-o", str(tmp_path / "x.onnx")])
     assert result.exit_code == 70
     assert result.stderr.splitlines() == [
