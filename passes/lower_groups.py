@@ -14,7 +14,7 @@ from dataclasses import replace
 import onnx_graphsurgeon as gs
 
 from evonnx.errors import InternalError
-from evonnx.expr import Expr, Load, is_exact, walk
+from evonnx.expr import FLOATS, Expr, Load, Op, is_exact, walk
 from evonnx.index import Poly, Sym, overflows, var
 from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis, computed_whole, node_reads
@@ -225,6 +225,19 @@ def overflowing_kernels(specs: Sequence[KernelSpec]) -> list[str]:
                 if isinstance(idx, Poly):
                     polys.append(idx)
         if any(overflows(p) for p in polys):
+            out.append(s.name)
+    return out
+
+
+def ill_conditioned_kernels(specs: Sequence[KernelSpec]) -> list[str]:
+    """The kernels with a float Mod (fmod) of an inexact value (exp, a float sum, ...). The remainder is exact, but
+    its operand's last bit against onnxruntime's can move it by up to the divisor: fmod(exp(x), x) at x = 25 is a
+    remainder of 7.2e10, whose last bit is 4096 (fuzz seed 8, case000172). Such a kernel is left to onnxruntime,
+    so that the remainder is taken of onnxruntime's own value."""
+    out = []
+    for s in specs:
+        if any(isinstance(x, Op) and x.op == "mod" and x.dtype in FLOATS and not all(is_exact(a) for a in x.args)
+               for o in s.outputs for x in walk(o.expr)):
             out.append(s.name)
     return out
 

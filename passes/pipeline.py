@@ -17,7 +17,13 @@ from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import Reject, reset_names
-from evonnx.passes.lower_groups import kernels_on_cycle, lower_groups, overflowing_kernels, without_groups
+from evonnx.passes.lower_groups import (
+    ill_conditioned_kernels,
+    kernels_on_cycle,
+    lower_groups,
+    overflowing_kernels,
+    without_groups,
+)
 from evonnx.passes.ort_layout import folded, layout_chain
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
@@ -98,6 +104,9 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
         elif over := overflowing_kernels(specs):
             plan = without_groups(plan, g, over, "its index arithmetic could overflow int64 at sizes up to 2^40 "
                                   "(a step or bound near 2^63 over a symbolic size)")
+        elif ill := ill_conditioned_kernels(specs):
+            plan = without_groups(plan, g, ill, "it takes a float Mod of an inexact value, whose last bit against "
+                                  "onnxruntime's can move the remainder by up to the divisor")
         else:
             break
         specs, _ = lower_groups(g, plan, an)

@@ -47,6 +47,11 @@ def test_a_kernel_writing_what_its_nodes_do_not_compute_breaks_lowering(result: 
         contracts.after_lower(result.graph, result.plan, [bad, *result.specs[1:]])
 
 
+def test_a_fused_node_of_no_kernel_breaks_the_rewrite(result: PipelineResult) -> None:
+    with pytest.raises(InternalError, match="after rewrite: Fused nodes .* are not one each of kernels"):
+        contracts.after_rewrite(result.optimized, result.specs[1:])
+
+
 def test_a_node_reading_an_uncomputed_tensor_breaks_the_rewrite(result: PipelineResult) -> None:
     g = result.optimized.copy()
     g.nodes.insert(0, gs.Node("Neg", "early", inputs=[g.nodes[-1].outputs[0]], outputs=[gs.Variable("neg_out")]))
