@@ -28,8 +28,8 @@ for folder in (HERE.parent, HERE.parent / "security"):
         sys.path.insert(0, str(folder))
 
 from model_inputs import ENTRIES, MODELS_DIR, make_inputs  # noqa: E402
+from sec_cases import case_from_model  # noqa: E402
 from sec_fuzz import draw_cases, make_canary  # noqa: E402
-from sec_graphs import case_from_model  # noqa: E402
 from sec_models import REGRESSIONS, SANITIZER_SUBSET  # noqa: E402
 from sec_oracle import (  # noqa: E402
     Outcome,

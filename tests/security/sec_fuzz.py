@@ -20,7 +20,8 @@ from pathlib import Path
 
 import onnx
 from hypothesis import HealthCheck, Phase, given, seed, settings
-from sec_graphs import Case, cases
+from sec_cases import Case
+from sec_graphs import cases
 from sec_oracle import Outcome, check_case, save_finding
 from sec_payloads import Canary
 

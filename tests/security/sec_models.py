@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from sec_graphs import I32_MAX, I32_MIN, I64_MAX, I64_MIN
+from sec_cases import I32_MAX, I32_MIN, I64_MAX, I64_MIN
 
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 
@@ -26,7 +26,7 @@ class Regression:
     plans: list[dict[str, int]]
     require_kernel: bool = True
     note: str = ""
-    regime: str = "small"  # input values (sec_graphs.make_feeds)
+    regime: str = "small"  # input values (sec_cases.make_feeds)
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int, list]],

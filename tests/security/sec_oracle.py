@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
-from sec_graphs import Case, make_feeds
+from sec_cases import Case, make_feeds
+from sec_excuses import REUSE_ERROR, _error_in_dead_node, cut_model, decision_cuts, with_outputs, x0_reference
 from sec_payloads import check_source
 
 from evonnx.api import library_path
@@ -327,139 +327,6 @@ def compare(ref: np.ndarray, got: np.ndarray, exact: bool | str) -> str | None:
             f"onnxruntime {ref[first]!r}")
 
 
-# onnxruntime's float ReduceMax/ReduceMin skip a NaN unless it is the row's first element on their scalar paths
-# (`if (out < v) out = v` from element 0), but on their vectorised ones (Eigen's maxCoeff over an innermost axis, its
-# rowwise reduction in the middle) whether a NaN wins depends on its SIMD lane and on the row's address. evonnx
-# applies the first-element rule everywhere (kernels/cprint.py). Where the outputs differ, a third run compares with
-# onnxruntime on the model with each such reduction spelled out with that rule: the NaN-free reduction, then NaN
-# where the first element is NaN. Models without these reductions never get the third run.
-def x0_reference(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """`model` with its float ReduceMax/ReduceMin made lane-independent (see above), or None when it has none (or
-    their axes are not constants)."""
-    try:
-        typed = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - an invalid model has no reference of this kind
-        return None
-    types = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.value_info, *typed.graph.input]}
-    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    changed = False
-    for k, n in enumerate(model.graph.node):
-        if n.op_type not in ("ReduceMax", "ReduceMin") or types.get(n.input[0]) not in (1, 11):  # float, double
-            out.graph.node.append(n)
-            continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        axes = attrs.get("axes")
-        if len(n.input) > 1 and n.input[1]:
-            if n.input[1] not in consts:
-                return None
-            axes = [int(a) for a in consts[n.input[1]].ravel()]
-        if not axes and attrs.get("noop_with_empty_axes", 0):
-            out.graph.node.append(n)
-            continue
-        p, x, y = f"x0ref{k}_", n.input[0], n.output[0]
-        fill = np.array(-np.inf if n.op_type == "ReduceMax" else np.inf, helper.tensor_dtype_to_np_dtype(types[x]))
-        out.graph.initializer.extend([numpy_helper.from_array(fill, p + "fill"),
-                                      numpy_helper.from_array(np.array([-1], np.int64), p + "flat"),
-                                      numpy_helper.from_array(np.zeros(len(axes or [0]), np.int64), p + "zeros"),
-                                      numpy_helper.from_array(np.ones(len(axes or [0]), np.int64), p + "ones"),
-                                      numpy_helper.from_array(np.array(axes or [0], np.int64), p + "axes")])
-        src = x
-        if not axes:  # every axis: the first element of the flattened tensor
-            out.graph.node.append(helper.make_node("Reshape", [x, p + "flat"], [p + "flatx"]))
-            src = p + "flatx"
-        reduced = helper.make_node(n.op_type, [p + "clean", *n.input[1:]], [p + "m"])
-        reduced.attribute.extend(n.attribute)
-        out.graph.node.extend([
-            helper.make_node("IsNaN", [x], [p + "isnan"]),
-            helper.make_node("Where", [p + "isnan", p + "fill", x], [p + "clean"]),
-            reduced,
-            helper.make_node("Slice", [src, p + "zeros", p + "ones", p + "axes"], [p + "first"]),
-            helper.make_node("Shape", [p + "m"], [p + "mshape"]),
-            helper.make_node("Reshape", [p + "first", p + "mshape"], [p + "first_m"]),
-            helper.make_node("IsNaN", [p + "first_m"], [p + "first_nan"]),
-            helper.make_node("Where", [p + "first_nan", p + "first_m", p + "m"], [y])])
-        changed = True
-    return out if changed else None
-
-
-# onnxruntime's memory planner re-uses a buffer for a tensor whose statically inferred shape it trusts; where a
-# run gives the tensor another shape (an empty-input reduction's quirk shape, see lower_reduce._empty_quirk) it fails
-# the Run with this message, depending on its plan of the whole graph. Its result with buffer re-use off is what
-# onnxruntime computes; the optimized model may match that instead of the planner's failure.
-REUSE_ERROR = "Shape mismatch attempting to re-use buffer"
-
-# Nodes whose result jumps where a float input crosses a threshold: a float a last-bit apart (evonnx's expf
-# against MLAS's exp or logistic) can flip a comparison or move a Cast to int by one. `cut_reference` compares
-# such results through the float values they come from.
-DECISION_OPS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal", "Cast", "Floor", "Ceil",
-                          "Round", "Sign", "IsInf", "IsNaN", "ArgMax", "ArgMin", "Mod", "TopK", "NonZero"})
-FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16})
-
-
-def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """The type of every tensor shape inference reaches (an initializer's: its element type and dims)."""
-    try:
-        typed = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - an invalid model: no types, no reference from them
-        return {}
-    g = typed.graph
-    types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
-    for t in g.initializer:
-        types[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims))
-    return types
-
-
-def decision_cuts(model: onnx.ModelProto) -> list[str]:
-    """The float tensors computed by the graph that a decision node (`DECISION_OPS`; a Cast only to a non-float
-    type) reads."""
-    types = {k: t.tensor_type.elem_type for k, t in _value_types(model).items()}
-    produced = {o for n in model.graph.node if n.op_type != "Constant" for o in n.output if o}
-    cuts: list[str] = []
-    for n in model.graph.node:
-        if n.op_type not in DECISION_OPS:
-            continue
-        if n.op_type == "Cast" and any(a.name == "to" and a.i in FLOAT_TYPES for a in n.attribute):
-            continue
-        cuts += [i for i in n.input if i in produced and types.get(i) in FLOAT_TYPES and i not in cuts]
-    return cuts
-
-
-def with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
-    """`model` with `names` appended to its graph outputs (after its own, in order)."""
-    types = _value_types(model)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    out.graph.output.extend(helper.make_value_info(t, types[t]) for t in names)
-    return out
-
-
-def cut_model(model: onnx.ModelProto, cuts: Sequence[str]) -> tuple[onnx.ModelProto, list[str]]:
-    """`model` with every node that reads a tensor of `cuts` reading a new graph input instead; (the model, the
-    new inputs' names, in the order of `cuts`). Graph outputs still read the tensors the graph computes."""
-    types = _value_types(model)
-    taken = {v for n in model.graph.node for v in (*n.input, *n.output)} | {i.name for i in model.graph.input}
-    fresh: dict[str, str] = {}
-    for k, t in enumerate(cuts):
-        name = f"evonnx_cut{k}"
-        while name in taken:
-            name += "_"
-        fresh[t] = name
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for n in out.graph.node:
-        for j, i in enumerate(n.input):
-            if i in fresh:
-                n.input[j] = fresh[i]
-    out.graph.input.extend(helper.make_value_info(fresh[t], types[t]) for t in cuts)
-    return out, [fresh[t] for t in cuts]
-
-
 def _second_look(case: Case, runs: list[dict], work: Path, env: Mapping[str, str]) -> list[dict]:
     """Reference runs for the differences the first comparison found that onnxruntime itself can explain:
     - `noreuse/k`: the original with buffer re-use off, where onnxruntime failed with `REUSE_ERROR`;
@@ -524,45 +391,6 @@ def _cut_runs(case: Case, cuts: list[str], original: list[dict], second: Path,
         out.append({**r, "label": f"cutref/{k}", "model": str(ref_path), "feeds": str(feeds),
                     "out": str(second / f"cutref{k}")})
     return out
-
-
-def dead_nodes(model: onnx.ModelProto, values: bool = False) -> set[str]:
-    """Names of the nodes none of whose outputs reach a graph output (nor a subgraph); with `values`, also those
-    whose outputs reach one only through Shape or Size (their values are never read, only their shapes)."""
-    live = {o.name for o in model.graph.output}
-    dead = set()
-    for n in reversed(model.graph.node):
-        if any(o in live for o in n.output) or any(a.type in (5, 10) for a in n.attribute):
-            if not (values and n.op_type in ("Shape", "Size")):
-                live.update(n.input)
-        else:
-            dead.add(n.name)
-    return dead
-
-
-# onnxruntime errors that come from values alone, not from shapes: excused in a node whose values nobody reads
-VALUE_ERRORS = ("Integer division by zero", "Integer modulo by zero")
-
-
-def _error_in_dead_node(original_run: dict, err: str | None) -> bool:
-    """onnxruntime runs nodes whose results nobody reads, and fails the Run when one of them fails; evonnx, like
-    any optimizer, drops such nodes. An error raised only by a dead node is no difference in the outputs. Nor is
-    an error from values alone (an integer division by zero) in a node whose values nobody reads, only its shape
-    (through Shape or Size): evonnx computes that shape at plan time and drops the node (fuzz seed 150014)."""
-    m = re.search(r"running \S+ node\. Name:'", err or "")
-    if m is None:
-        return False
-    rest = (err or "")[m.end():]  # a name may hold quotes itself: try each dead node's full name
-
-    def named(name: str) -> bool:
-        if "\0" in name:  # onnxruntime's message ends the name at a NUL (a C string)
-            return rest.startswith(name.split("\0")[0])
-        return rest.startswith(name + "' Status Message:")
-
-    model = onnx.load(original_run["model"])
-    if any(named(name) for name in dead_nodes(model)):
-        return True
-    return any(e in rest for e in VALUE_ERRORS) and any(named(name) for name in dead_nodes(model, values=True))
 
 
 def _same_outcome(ref: list[np.ndarray] | None, ref_err: str | None, got: list[np.ndarray] | None,

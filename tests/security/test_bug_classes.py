@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from sec_graphs import I64_MAX, case_from_finding, case_from_model
+from sec_cases import I64_MAX, case_from_finding, case_from_model
 from sec_models import REGRESSIONS, make_model, node
 from sec_oracle import check_case, finding_planner
 from sec_payloads import TEMPLATES, Canary, escaped_identifiers, payload
@@ -122,7 +122,7 @@ def test_integer_extreme_constants(key: str, tmp_path: Path) -> None:
 
 def test_dead_node_errors_are_matched_by_full_name(tmp_path: Path) -> None:
     # adversarial node names hold quotes: onnxruntime's "Name:'a'b' Status Message:" must find node "a'b"
-    from sec_oracle import _error_in_dead_node
+    from sec_excuses import _error_in_dead_node
 
     dead = node("Neg", ["x"], ["d"])
     dead.name = "a'); b"
@@ -140,7 +140,7 @@ def test_a_value_error_is_excused_only_in_a_node_whose_values_nobody_reads(tmp_p
     # Mod -> Shape -> output: only the Mod's shape is read. onnxruntime still runs it and fails on a zero divisor;
     # evonnx computes the shape at plan time (fuzz seed 150014). A shape error in that node is no such excuse, and
     # the same Mod read for its values is not excused at all.
-    from sec_oracle import _error_in_dead_node
+    from sec_excuses import _error_in_dead_node
 
     i32 = TensorProto.INT32
     shape_only = make_model([node("Mod", ["a", "b"], ["m"]), node("Shape", ["m"], ["y"])],
@@ -203,7 +203,7 @@ def _judge(tmp_path: Path, outs: dict[str, list[np.ndarray] | str]) -> list[str]
 
 
 def test_second_look_references_excuse_only_what_they_reproduce(tmp_path: Path) -> None:
-    from sec_oracle import REUSE_ERROR
+    from sec_excuses import REUSE_ERROR
 
     ort, evo = np.array([True, False]), np.array([True, True])
     # a comparison that flips: excused when onnxruntime, fed evonnx's inexact values, flips it too

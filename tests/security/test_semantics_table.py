@@ -1,5 +1,5 @@
 """The semantics table (issue 16): every op evonnx fuses, for every element type onnxruntime runs it on, on a grid of
-special values (NaN, +-0, +-inf, denormals, the type's min and max, -1, 1; `sec_graphs.GRID`) and at sizes 0, 1
+special values (NaN, +-0, +-inf, denormals, the type's min and max, -1, 1; `sec_cases.GRID`) and at sizes 0, 1
 and 2, compared with onnxruntime 1.31 on the original model value for value (bit for bit where the op is exact)
 and error for error.
 
@@ -37,7 +37,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
-from sec_graphs import GRID, case_from_model
+from sec_cases import GRID, case_from_model
 from sec_models import make_model, node
 from sec_oracle import check_case
 

@@ -1,5 +1,5 @@
 """Special values through fused ops (issue 16's semantics table, first part): NaN, infinities, signed zeros,
-denormals and the extremes of each type, every combination over the op's inputs (`sec_graphs.GRID`), compared with
+denormals and the extremes of each type, every combination over the op's inputs (`sec_cases.GRID`), compared with
 onnxruntime on the original model, value for value (bit-exact where the op is exact) and error for error.
 
 Each model puts Neg in front of the op and an Add/Mul behind it so that the op really goes through code generation.
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from sec_graphs import GRID, case_from_model
+from sec_cases import GRID, case_from_model
 from sec_models import I32, I64, F, make_model, node
 from sec_oracle import check_case
 
@@ -117,7 +117,7 @@ def _reduce_model(op: str, start: int, keep: int) -> object:
 # onnxruntime's ReduceMax/ReduceMin over a leading axis (its RK path: `if (out < v) out = v` from row 0) skip a NaN
 # unless it is the first element. Its vectorised paths (a reduced innermost axis, Eigen's maxCoeff) return NaN or not
 # depending on the NaN's SIMD lane and the row's alignment; evonnx applies the row-0 rule everywhere (see
-# sec_oracle.x0_reference), so only leading axes are compared value for value here.
+# sec_excuses.x0_reference), so only leading axes are compared value for value here.
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("keep", [0, 1])
 @pytest.mark.parametrize("start", [0, 64])
