@@ -564,6 +564,12 @@ def _run_size_plans(original: onnx.ModelProto, symbols: Sequence[str], equal: Se
     if sized >= 2:
         return
     for cand in SIZE_CANDIDATES:  # the fallback: every symbol at one size
-        sized += run_plan({s: cand for s in symbols})
+        plan = {s: cand for s in symbols}
+        if _largest_input(original, plan) > MAX_INPUT_ELEMENTS:
+            # larger candidates are larger still: what ran stands (yolo26n's end-to-end head, dynamic, runs from
+            # 256 on, where 1024 would be a [1024, 3, 1024, 1024] input)
+            result.skipped.append(f"all sizes {cand} and up (an input over {MAX_INPUT_ELEMENTS} elements)")
+            break
+        sized += run_plan(plan)
         if sized >= 2:
             return

@@ -287,3 +287,25 @@ def test_a_float_value_closer_to_float64_than_onnxruntimes_own_passes_and_a_furt
     assert _closer_than_onnxruntime(model, "z", {"x": x}, exact + off, exact - off / 2, result)
     assert not _closer_than_onnxruntime(model, "z", {"x": x}, exact + off, exact - 3 * off, result)
     assert not _closer_than_onnxruntime(model, "z", {"x": x}, exact, exact + off, result)
+
+
+def test_the_size_search_stops_below_the_input_limit_and_keeps_what_ran(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sizes that run only from 64 on (a Reshape into rows of 16, then row 0): the search tries 64, then stops
+    before a size whose input is over the limit, and the check stands on what ran. It had asked for the next size
+    and refused with "cannot check" (yolo26n end-to-end, dynamic: 1024 gives a [1024, 3, 1024, 1024] input)."""
+    import evonnx.verify as verify
+
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Reshape", ["n", "s"], ["r"]),
+             helper.make_node("Gather", ["r", "i"], ["q"], axis=0), helper.make_node("Abs", ["q"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])],
+                              [numpy_helper.from_array(np.array([-1, 16], np.int64), "s"),
+                               numpy_helper.from_array(np.array(0, np.int64), "i")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    monkeypatch.setattr(verify, "MAX_INPUT_ELEMENTS", 1000)  # 64 x 8 runs; 256 x 8 is over
+    monkeypatch.setenv("EVONNX_ISOLATE", "0")  # the limit is patched in this process
+    result = evonnx.optimize(src, tmp_path / "o.onnx", guard=False, planner="greedy")
+    assert result.check is not None and result.check.runs == [{"N": 64}] * 3
+    assert any("all sizes 256 and up" in s for s in result.check.skipped)
