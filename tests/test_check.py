@@ -64,6 +64,34 @@ def test_the_check_catches_a_kernel_that_swaps_two_sizes(tmp_path: Path) -> None
     check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())  # the real one passes
 
 
+def test_the_check_catches_swapped_sizes_in_a_model_that_runs_only_at_multiples_of_32(tmp_path: Path) -> None:
+    """A detector's H and W must be multiples of its stride, so distinct primes never run and the fallback runs
+    every symbol at one size, where H == W: the stride plans then give N, H and W distinct multiples of the stride
+    (and the batch 2), and a kernel with H and W swapped fails there. SpaceToDepth(32), left to onnxruntime, is the
+    stride constraint; Transpose then Sigmoid the kernel."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]), helper.make_node("Sigmoid", ["t"], ["y"]),
+             helper.make_node("SpaceToDepth", ["x"], ["z"], blocksize=32)]
+    src = _save(tmp_path, nodes, [_vi("x", F, ["N", 1, "H", "W"])],
+                [_vi("y", F, ["N", 1, "W", "H"]), _vi("z", F, ["N", 1024, "h", "w"])])
+    dump = tmp_path / "dump"
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    assert result.check is not None
+    distinct = [r for r in result.check.runs if len(set(r.values())) == 3]
+    assert distinct and all(r["H"] % 32 == 0 and r["W"] % 32 == 0 for r in distinct), result.check.runs
+    source = (dump / "kernels.c").read_text()
+    compute = source.index("_compute(const evo_args *a")
+    head, tail = source[:compute], source[compute:]
+    h = next(ln for ln in tail.splitlines() if ln.endswith("= in_dims[0][2];"))
+    w = next(ln for ln in tail.splitlines() if ln.endswith("= in_dims[0][3];"))
+    swapped = tail.replace(h, h.replace("[0][2]", "[0][@]"), 1).replace(w, w.replace("[0][3]", "[0][2]"), 1)
+    wrong = tmp_path / "wrong.so"
+    build_model_library(head + swapped.replace("[0][@]", "[0][3]"), wrong, model_name="wrong")
+    original = onnx.load(str(src))
+    with pytest.raises(VerificationError, match="differs beyond tolerance"):
+        check_models(original, tmp_path / "m.opt.onnx", wrong, set())
+    check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())  # the real one passes
+
+
 def test_a_kernel_that_crashes_is_a_failed_check_not_a_dead_process(tmp_path: Path) -> None:
     # The same model's library rebuilt with a kernel that traps (as an out-of-bounds write would segfault): the
     # check runs both models in evonnx's worker process, so the caller gets a VerificationError naming the signal
@@ -266,7 +294,8 @@ def test_a_float_value_closer_to_float64_than_onnxruntimes_own_passes_and_a_furt
     """A long sum with both signs in onnxruntime's order can be off the exact sum by more than the tolerance of
     the result (fuzz seed 200028); evonnx's value passes where it is at least as close to the model computed in
     float64 as onnxruntime's, and only there."""
-    from evonnx.verify import CheckResult, _closer_than_onnxruntime, as_float64
+    from evonnx.references import as_float64
+    from evonnx.verify import CheckResult, _closer_than_onnxruntime
 
     nodes = [helper.make_node("ReduceSum", ["x"], ["r"], keepdims=1), helper.make_node("Mul", ["r", "half"], ["y"]),
              helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)]
@@ -289,12 +318,45 @@ def test_a_float_value_closer_to_float64_than_onnxruntimes_own_passes_and_a_furt
     assert not _closer_than_onnxruntime(model, "z", {"x": x}, exact, exact + off, result)
 
 
+def test_a_max_of_a_row_holding_nan_passes_where_it_follows_one_nan_rule_in_every_lane() -> None:
+    """onnxruntime's vectorised ReduceMax lets a NaN win or not by its SIMD lane (fuzz seed 220022); an output
+    that differs from its result passes where it matches the original with the first-element rule spelled out
+    (NaN where a row starts with NaN, else the NaN-free maximum), and only there."""
+    from evonnx.references import first_nan_reference
+    from evonnx.verify import CheckResult, _same_with_first_nan_rule
+
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[-1], keepdims=0),
+             helper.make_node("Mul", ["m", "two"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+                              [numpy_helper.from_array(np.array(2, np.float32), "two"),
+                               numpy_helper.from_array(np.array(0, np.float32), "x0ref0_m")])  # a name clash
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    reference = first_nan_reference(model)
+    assert reference is not None
+    onnx.checker.check_model(reference)
+    x = np.array([[np.nan, 1, 2, 3], [1, np.nan, 5, 2], [4, 3, 2, 1]], np.float32)
+    result = CheckResult()
+    right = np.array([np.nan, 10, 8], np.float32)
+    assert _same_with_first_nan_rule(model, {"x": x}, {}, "y", right, False, True, result)
+    assert result.nan_lanes == 1
+    for wrong in ([6, 10, 8], [np.nan, np.nan, 8], [np.nan, 4, 8]):  # a NaN skipped, one that won, a lost maximum
+        assert not _same_with_first_nan_rule(model, {"x": x}, {}, "y", np.array(wrong, np.float32), False, True,
+                                             result)
+    plain = helper.make_model(helper.make_graph([nodes[1]], "g", [helper.make_tensor_value_info("m", 1, [3])],
+                                                [helper.make_tensor_value_info("y", 1, [3])], graph.initializer[:1]),
+                              opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    assert first_nan_reference(plain) is None
+    assert not _same_with_first_nan_rule(plain, {"m": right / 2}, {}, "y", right * 3, False, True, result)
+    assert result.nan_lanes == 1
+
+
 def test_the_size_search_stops_below_the_input_limit_and_keeps_what_ran(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Sizes that run only from 64 on (a Reshape into rows of 16, then row 0): the search tries 64, then stops
     before a size whose input is over the limit, and the check stands on what ran. It had asked for the next size
     and refused with "cannot check" (yolo26n end-to-end, dynamic: 1024 gives a [1024, 3, 1024, 1024] input)."""
-    import evonnx.verify as verify
+    import evonnx.sizes as sizes
 
     nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Reshape", ["n", "s"], ["r"]),
              helper.make_node("Gather", ["r", "i"], ["q"], axis=0), helper.make_node("Abs", ["q"], ["y"])]
@@ -304,7 +366,7 @@ def test_the_size_search_stops_below_the_input_limit_and_keeps_what_ran(tmp_path
                                numpy_helper.from_array(np.array(0, np.int64), "i")])
     src = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
-    monkeypatch.setattr(verify, "MAX_INPUT_ELEMENTS", 1000)  # 64 x 8 runs; 256 x 8 is over
+    monkeypatch.setattr(sizes, "MAX_INPUT_ELEMENTS", 1000)  # 64 x 8 runs; 256 x 8 is over
     monkeypatch.setenv("EVONNX_ISOLATE", "0")  # the limit is patched in this process
     result = evonnx.optimize(src, tmp_path / "o.onnx", guard=False, planner="greedy")
     assert result.check is not None and result.check.runs == [{"N": 64}] * 3

@@ -1,78 +1,14 @@
 """The narrow differences from onnxruntime with its default graph optimizations that are not findings (README):
-the reference for lane-dependent NaN rules (`x0_reference`), the decision points a run is cut at to tell a flipped
-rounding decision from a wrong value (`decision_cuts`, `cut_model`), and errors raised only by nodes whose values
-no output reads (`dead_nodes`, `_error_in_dead_node`)."""
+the decision points a run is cut at to tell a flipped rounding decision from a wrong value (`decision_cuts`,
+`cut_model`), and errors raised only by nodes whose values no output reads (`dead_nodes`, `_error_in_dead_node`)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
-
-
-# onnxruntime's float ReduceMax/ReduceMin skip a NaN unless it is the row's first element on their scalar paths
-# (`if (out < v) out = v` from element 0), but on their vectorised ones (Eigen's maxCoeff over an innermost axis, its
-# rowwise reduction in the middle) whether a NaN wins depends on its SIMD lane and on the row's address. evonnx
-# applies the first-element rule everywhere (kernels/cprint.py). Where the outputs differ, a third run compares with
-# onnxruntime on the model with each such reduction spelled out with that rule: the NaN-free reduction, then NaN
-# where the first element is NaN. Models without these reductions never get the third run.
-def x0_reference(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """`model` with its float ReduceMax/ReduceMin made lane-independent (see above), or None when it has none (or
-    their axes are not constants)."""
-    try:
-        typed = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - an invalid model has no reference of this kind
-        return None
-    types = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.value_info, *typed.graph.input]}
-    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    changed = False
-    for k, n in enumerate(model.graph.node):
-        if n.op_type not in ("ReduceMax", "ReduceMin") or types.get(n.input[0]) not in (1, 11):  # float, double
-            out.graph.node.append(n)
-            continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        axes = attrs.get("axes")
-        if len(n.input) > 1 and n.input[1]:
-            if n.input[1] not in consts:
-                return None
-            axes = [int(a) for a in consts[n.input[1]].ravel()]
-        if not axes and attrs.get("noop_with_empty_axes", 0):
-            out.graph.node.append(n)
-            continue
-        p, x, y = f"x0ref{k}_", n.input[0], n.output[0]
-        fill = np.array(-np.inf if n.op_type == "ReduceMax" else np.inf, helper.tensor_dtype_to_np_dtype(types[x]))
-        out.graph.initializer.extend([numpy_helper.from_array(fill, p + "fill"),
-                                      numpy_helper.from_array(np.array([-1], np.int64), p + "flat"),
-                                      numpy_helper.from_array(np.zeros(len(axes or [0]), np.int64), p + "zeros"),
-                                      numpy_helper.from_array(np.ones(len(axes or [0]), np.int64), p + "ones"),
-                                      numpy_helper.from_array(np.array(axes or [0], np.int64), p + "axes")])
-        src = x
-        if not axes:  # every axis: the first element of the flattened tensor
-            out.graph.node.append(helper.make_node("Reshape", [x, p + "flat"], [p + "flatx"]))
-            src = p + "flatx"
-        reduced = helper.make_node(n.op_type, [p + "clean", *n.input[1:]], [p + "m"])
-        reduced.attribute.extend(n.attribute)
-        out.graph.node.extend([
-            helper.make_node("IsNaN", [x], [p + "isnan"]),
-            helper.make_node("Where", [p + "isnan", p + "fill", x], [p + "clean"]),
-            reduced,
-            helper.make_node("Slice", [src, p + "zeros", p + "ones", p + "axes"], [p + "first"]),
-            helper.make_node("Shape", [p + "m"], [p + "mshape"]),
-            helper.make_node("Reshape", [p + "first", p + "mshape"], [p + "first_m"]),
-            helper.make_node("IsNaN", [p + "first_m"], [p + "first_nan"]),
-            helper.make_node("Where", [p + "first_nan", p + "first_m", p + "m"], [y])])
-        changed = True
-    return out if changed else None
-
+from onnx import TensorProto, helper
 
 # onnxruntime's memory planner re-uses a buffer for a tensor whose statically inferred shape it trusts; where a
 # run gives the tensor another shape (an empty-input reduction's quirk shape, see lower_reduce._empty_quirk) it fails

@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 from sec_cases import Case, make_feeds
-from sec_excuses import REUSE_ERROR, _error_in_dead_node, cut_model, decision_cuts, with_outputs, x0_reference
+from sec_excuses import REUSE_ERROR, _error_in_dead_node, cut_model, decision_cuts, with_outputs
 from sec_payloads import check_source
 
 from evonnx.api import library_path
+from evonnx.references import first_nan_reference
 from evonnx.verify import signed_zero_outputs
 
 HERE = Path(__file__).resolve().parent
@@ -239,7 +240,8 @@ def run_models(feeds: Sequence[tuple[str, Mapping[str, np.ndarray]]], original: 
                library: Path | None, work: Path, env: Mapping[str, str], *, arena: bool = True,
                malloc_inputs: bool = False, x0ref: Path | None = None) -> tuple[list[dict], int | None, str, list[str]]:
     """Runs the original (plain onnxruntime) and then the optimized model on every (label, feeds) in one child
-    (and `x0ref`, the original with lane-independent NaN rules in its reductions, see `x0_reference`).
+    (and `x0ref`, the original with lane-independent NaN rules in its reductions, see
+    `evonnx.references.first_nan_reference`).
 
     Returns (runs, return code, stderr tail, labels of the runs the child started)."""
     runs = []
@@ -503,7 +505,7 @@ def check_case(case: Case, work: Path, marker: Path, env_extra: Mapping[str, str
         outcome.findings += check_source(source.read_text(errors="replace"))
     else:
         outcome.findings.append("optimize --dump-dir wrote no kernels.c")
-    reference = x0_reference(case.model)
+    reference = first_nan_reference(case.model)
     x0ref = work / "x0ref.onnx" if reference is not None else None
     if reference is not None:
         onnx.save(reference, str(x0ref))

@@ -117,7 +117,7 @@ def _reduce_model(op: str, start: int, keep: int) -> object:
 # onnxruntime's ReduceMax/ReduceMin over a leading axis (its RK path: `if (out < v) out = v` from row 0) skip a NaN
 # unless it is the first element. Its vectorised paths (a reduced innermost axis, Eigen's maxCoeff) return NaN or not
 # depending on the NaN's SIMD lane and the row's alignment; evonnx applies the row-0 rule everywhere (see
-# sec_excuses.x0_reference), so only leading axes are compared value for value here.
+# evonnx.references.first_nan_reference), so only leading axes are compared value for value here.
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("keep", [0, 1])
 @pytest.mark.parametrize("start", [0, 64])

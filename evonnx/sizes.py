@@ -1,0 +1,168 @@
+"""The check's size plans (`run_size_plans`): which sizes the symbolic dims of the original's inputs get on each run.
+
+Distinct primes per class of symbols (the plan's broadcast checks tie some together; symbols onnxruntime itself
+ties are merged until it runs), in every value regime; large distinct primes (the biggest input near
+`LARGE_ELEMENTS`, above the kernels' parallel threshold); all 1 and all 0. Where fewer than two of those run, every
+symbol at one size from `SIZE_CANDIDATES`, and then distinct multiples of a detector's stride (`stride_plans`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import onnx
+
+from evonnx.inputs import REGIMES
+
+SIZE_CANDIDATES = (3, 5, 64, 256, 1024)  # all symbols at one size: the fallback when distinct sizes never run
+PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
+# The largest generated input of the large run: above the kernels' parallel threshold (EVO_PAR_MIN element
+# operations per task, kernels/templates/prelude.c) for any kernel reading it.
+LARGE_ELEMENTS = 1 << 18
+# Elements of one generated input: real post-processing inputs have a few million (1x25200x85, 1x3x1333x800);
+# 2**26 float64 draws take 512 MiB. Larger declared sizes are refused rather than allocated.
+MAX_INPUT_ELEMENTS = 1 << 26
+
+
+def _classes(symbols: Sequence[str], equal: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """The symbols grouped by the equalities `equal` (union-find), in order of first appearance."""
+    parent = {x: x for x in symbols}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in equal:
+        if a in parent and b in parent:
+            parent[root(a)] = root(b)
+    groups: dict[str, list[str]] = {}
+    for x in symbols:
+        groups.setdefault(root(x), []).append(x)
+    return list(groups.values())
+
+
+def _assign(classes: Sequence[Sequence[str]], values: Sequence[int]) -> dict[str, int]:
+    return {x: v for cls, v in zip(classes, values) for x in cls}
+
+
+def _primes_from(start: int, n: int) -> list[int]:
+    out: list[int] = []
+    k = max(start, 2)
+    while len(out) < n:
+        if all(k % p for p in range(2, math.isqrt(k) + 1)):
+            out.append(k)
+        k += 1
+    return out
+
+
+def _largest_input(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
+    init = {t.name for t in model.graph.initializer}
+    out = 0
+    for i in model.graph.input:
+        if i.name in init:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param or f"{i.name}:{k}", 1)
+                 for k, d in enumerate(i.type.tensor_type.shape.dim)]
+        out = max(out, math.prod(shape))
+    return out
+
+
+def _large_plan(model: onnx.ModelProto, classes: Sequence[Sequence[str]], small: Mapping[str, int]
+                ) -> dict[str, int] | None:
+    """Distinct prime sizes, the largest such that no input exceeds LARGE_ELEMENTS; None when that is no larger
+    than the small plan."""
+    lo, hi = 2, 1 << 16
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _largest_input(model, _assign(classes, _primes_from(mid, len(classes)))) <= LARGE_ELEMENTS:
+            lo = mid
+        else:
+            hi = mid - 1
+    plan = _assign(classes, _primes_from(lo, len(classes)))
+    return plan if _largest_input(model, plan) > _largest_input(model, small) else None
+
+
+def run_size_plans(original: onnx.ModelProto, symbols: Sequence[str], equal: Sequence[tuple[str, str]],
+                    run_plan: Callable[..., bool], skipped: list[str]) -> None:
+    """The size plans of the module's docstring; at least two distinct sizings must run."""
+    classes = _classes(symbols, equal)
+    small = _assign(classes, PRIMES[: len(classes)] if len(classes) <= len(PRIMES)
+                    else _primes_from(3, len(classes)))
+    ran = run_plan(small, (0,))
+    while not ran and len(classes) > 1:
+        # onnxruntime ties some of them together (a broadcast in a node it runs): merge the first pair that runs
+        merged = None
+        for a in range(len(classes)):
+            for b in range(a + 1, len(classes)):
+                trial = [c for k, c in enumerate(classes) if k not in (a, b)] + [classes[a] + classes[b]]
+                plan = _assign(trial, PRIMES[: len(trial)])
+                if run_plan(plan, (0,)):
+                    merged, small = trial, plan
+                    break
+            if merged is not None:
+                break
+        if merged is None:
+            classes = [list(symbols)]
+            small = _assign(classes, (3,))
+            ran = run_plan(small, (0,))
+        else:
+            classes, ran = merged, True
+    sized = int(ran)
+    if sized:
+        run_plan(small, tuple(range(1, len(REGIMES))))
+    large = _large_plan(original, classes, small) if sized else None
+    if large is not None:
+        sized += run_plan(large)
+    for plan, what in ((_assign(classes, [1] * len(classes)), "1"), (_assign(classes, [0] * len(classes)), "0")):
+        if run_plan(plan):
+            sized += 1
+        else:
+            skipped.append(f"all sizes {what} (onnxruntime fails on the original there)")
+    if sized >= 2:
+        return
+    base = None
+    for cand in SIZE_CANDIDATES:  # the fallback: every symbol at one size
+        plan = {s: cand for s in symbols}
+        if _largest_input(original, plan) > MAX_INPUT_ELEMENTS:
+            # larger candidates are larger still: what ran stands (yolo26n's end-to-end head, dynamic, runs from
+            # 256 on, where 1024 would be a [1024, 3, 1024, 1024] input)
+            skipped.append(f"all sizes {cand} and up (an input over {MAX_INPUT_ELEMENTS} elements)")
+            break
+        ran = run_plan(plan)
+        base = cand if ran and base is None else base
+        sized += ran
+        if sized >= 2:
+            break
+    if base is not None and len(classes := _classes(symbols, equal)) > 1:
+        _run_stride_plans(original, classes, base, run_plan, skipped)
+
+
+def stride_plans(original: onnx.ModelProto, classes: Sequence[Sequence[str]], base: int) -> list[dict[str, int]]:
+    """Distinct sizes for a model that runs only with every symbol at `base`, a multiple of 32: a detector's H and W
+    must be multiples of its stride (32, or 64 for a P6 model), which distinct primes never are. Each class gets
+    `base` plus its own multiple of the stride; and, for the batch, one class at a time gets 2 instead. Smallest
+    input first; none over MAX_INPUT_ELEMENTS."""
+    step = min(base & -base, 64)
+    if step < 32:
+        return []
+    spread = _assign(classes, [base + step * k for k in range(len(classes))])
+    plans = [spread] + [_assign(classes, [2 if k == j else base + step * (k + 1) for k in range(len(classes))])
+                        for j in range(len(classes))]
+    plans = [p for p in plans if _largest_input(original, p) <= MAX_INPUT_ELEMENTS]
+    return sorted(plans, key=lambda p: _largest_input(original, p))
+
+
+def _run_stride_plans(original: onnx.ModelProto, classes: Sequence[Sequence[str]], base: int,
+                      run_plan: Callable[..., bool], skipped: list[str]) -> None:
+    """After the fallback ran every symbol at one size `base`, the first `stride_plans` plan onnxruntime runs on
+    the original, in every value regime: without it a kernel that mixes up H and W would pass the check of a
+    detector. Noted in `skipped` where none runs (the model may require the sizes equal)."""
+    for plan in stride_plans(original, classes, base):
+        if run_plan(plan, (0,)):
+            run_plan(plan, tuple(range(1, len(REGIMES))))
+            return
+    skipped.append(f"distinct sizes that are multiples of the stride near {base} (onnxruntime fails on the "
+                          f"original there)")
