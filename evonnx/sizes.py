@@ -20,6 +20,8 @@ PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 7
 # The largest generated input of the large run: above the kernels' parallel threshold (EVO_PAR_MIN element
 # operations per task, kernels/templates/prelude.c) for any kernel reading it.
 LARGE_ELEMENTS = 1 << 18
+# Elements of any tensor of the large run that shape inference can size: far above the parallel threshold.
+LARGE_TENSOR_ELEMENTS = 1 << 24
 # Elements of one generated input: real post-processing inputs have a few million (1x25200x85, 1x3x1333x800);
 # 2**26 float64 draws take 512 MiB. Larger declared sizes are refused rather than allocated.
 MAX_INPUT_ELEMENTS = 1 << 26
@@ -70,18 +72,53 @@ def _largest_input(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
     return out
 
 
+def _largest_tensor(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
+    """Elements of the largest tensor ONNX shape inference (with data propagation) finds with the inputs at `sizes`;
+    0 where it finds none or fails."""
+    static = onnx.ModelProto()
+    static.CopyFrom(model)
+    del static.graph.value_info[:]
+    for i in static.graph.input:
+        for d in i.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in sizes:
+                d.dim_value = sizes[d.dim_param]
+    try:
+        typed = onnx.shape_inference.infer_shapes(static, data_prop=True)
+    except Exception:  # noqa: BLE001 - an unknown size bounds nothing
+        return 0
+    out = 0
+    for vi in (*typed.graph.value_info, *typed.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            out = max(out, math.prod(d.dim_value for d in dims))
+    return out
+
+
 def _large_plan(model: onnx.ModelProto, classes: Sequence[Sequence[str]], small: Mapping[str, int]
                 ) -> dict[str, int] | None:
-    """Distinct prime sizes, the largest such that no input exceeds LARGE_ELEMENTS; None when that is no larger
-    than the small plan."""
-    lo, hi = 2, 1 << 16
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _largest_input(model, _assign(classes, _primes_from(mid, len(classes)))) <= LARGE_ELEMENTS:
-            lo = mid
-        else:
-            hi = mid - 1
-    plan = _assign(classes, _primes_from(lo, len(classes)))
+    """Distinct prime sizes, the largest such that no input exceeds LARGE_ELEMENTS and no tensor shape inference
+    sizes exceeds LARGE_TENSOR_ELEMENTS (Equal(x[N], x[N, 1]) is [N, N]: a pairwise IoU matrix at N = 65537 takes
+    17 GB, twice, where the check runs both models; fuzz seed 230005); None when that is no larger than the small
+    plan."""
+    def fits(plan: Mapping[str, int], tensors: bool) -> bool:
+        return _largest_input(model, plan) <= LARGE_ELEMENTS and (
+            not tensors or _largest_tensor(model, plan) <= LARGE_TENSOR_ELEMENTS)
+
+    def search(tensors: bool) -> dict[str, int]:
+        lo, hi = 2, 1 << 16
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(_assign(classes, _primes_from(mid, len(classes))), tensors):
+                lo = mid
+            else:
+                hi = mid - 1
+        return _assign(classes, _primes_from(lo, len(classes)))
+
+    plan = search(False)
+    if not fits(plan, True):  # shape inference only where the inputs alone would allow a larger tensor
+        plan = search(True)
+        if not fits(plan, True):
+            return None
     return plan if _largest_input(model, plan) > _largest_input(model, small) else None
 
 

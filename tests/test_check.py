@@ -351,6 +351,25 @@ def test_a_max_of_a_row_holding_nan_passes_where_it_follows_one_nan_rule_in_ever
     assert result.nan_lanes == 1
 
 
+def test_the_large_run_keeps_a_pairwise_tensor_below_the_limit() -> None:
+    """Equal(x[N], x as [N, 1]) is [N, N]: sized by its input alone, the large run took N = 65537, a 4.3e9-element
+    tensor computed by both models (fuzz seed 230005). Shape inference bounds every tensor it can size."""
+    from evonnx.sizes import LARGE_TENSOR_ELEMENTS, _large_plan, _largest_tensor
+
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Equal", ["x", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT64, ["N"])],
+                              [helper.make_tensor_value_info("y", TensorProto.BOOL, None)],
+                              [numpy_helper.from_array(np.array([0, -1], np.int64), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    plan = _large_plan(model, [["N"]], {"N": 3})
+    assert plan is not None and 1000 < plan["N"] and plan["N"] ** 2 <= LARGE_TENSOR_ELEMENTS, plan
+    assert _largest_tensor(model, {"N": 65537}) == 65537 ** 2
+    free = helper.make_model(helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g", graph.input,
+                                               [helper.make_tensor_value_info("y", TensorProto.INT64, ["N"])]),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert _large_plan(free, [["N"]], {"N": 3}) == {"N": 65537}  # bounded by its input only, as before
+
+
 def test_the_size_search_stops_below_the_input_limit_and_keeps_what_ran(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Sizes that run only from 64 on (a Reshape into rows of 16, then row 0): the search tries 64, then stops
