@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 MODEL ?= models/delta2bbox.onnx
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test bench ci-bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,15 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/cpu.py
+
+# The README's CI recipe on three models/ models: bench, then compare with the committed baseline. The slowdown
+# threshold is wide (CI machines vary); a failed check or a lost fusion fails it.
+CI_BENCH_MODELS ?= models/anchor_grid.onnx models/valid_flags.onnx models/yolo_decode.onnx
+ci-bench: setup
+	mkdir -p out/ci
+	$(BIN)/evonnx bench $(CI_BENCH_MODELS) --threads 1 --seconds 0.2 --no-guard \
+		--json out/ci/bench.json --markdown out/ci/bench.md --junit out/ci/bench.xml
+	$(BIN)/evonnx compare .ci/bench-baseline.json out/ci/bench.json --max-slowdown 60% --markdown out/ci/compare.md
 
 lint: setup
 	$(BIN)/ruff check evonnx passes kernels cli.py tests benchmarks models/*.py

@@ -160,7 +160,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 break
             try:
                 comparisons = _time_against_original(as_written, staged.path(dst), staged.path(lib), sizes, shapes,
-                                                     guard_seconds)
+                                                     guard_seconds, checked.runs if checked is not None else ())
             except MeasureError as e:
                 if guarded is None:
                     guarded = GuardResult([], note=f"skipped: {e}")
@@ -178,7 +178,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 key, what = GUARD_STAGES[stage]
                 stage += 1
                 chosen = (_profiled_slower(as_written, staged.path(dst), staged.path(lib), result.specs, sizes,
-                                           shapes) if key == "slower" else _guard_suspects(original, result.specs, key))
+                                           shapes, checked.runs if checked is not None else ())
+                          if key == "slower" else _guard_suspects(original, result.specs, key))
                 if chosen:
                     break
             else:
@@ -279,13 +280,14 @@ GUARD_PROFILE_RUNS = 20
 
 
 def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path, specs: Sequence[KernelSpec],
-                     sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None) -> list[KernelSpec]:
+                     sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
+                     checked: Sequence[Mapping[str, int]]) -> list[KernelSpec]:
     """The kernels whose profiled time exceeds that of the original's nodes they replace, both models profiled by
     onnxruntime at 1 thread on the same inputs (the guard's sizes). A replaced node with no profile entry of its
     own (onnxruntime folded or fused it into another) counts as free, so such a kernel is left rather than kept on
     a guess. [] when no input set can be profiled: the coarser stages follow. A crash is no such excuse: it is
     raised (CrashError)."""
-    for feeds in _guard_feeds(as_written, sizes, shapes, []):
+    for feeds, _ in timing_feeds(as_written, sizes, shapes, [], checked):
         try:
             before = profile_nodes(as_written.SerializeToString(), None, feeds, runs=GUARD_PROFILE_RUNS)
             after = profile_nodes(optimized, library, feeds, runs=GUARD_PROFILE_RUNS)
@@ -298,26 +300,35 @@ def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path
     return []
 
 
-def _guard_feeds(as_written: onnx.ModelProto, sizes: Mapping[str, int] | None,
-                 shapes: Mapping[str, Sequence[int]] | None, errors: list[str]) -> Iterator[dict[str, np.ndarray]]:
-    """The guard's input sets, in order: the sizes given, else every symbol at 64, 256, 5, then 3. A size at which
-    no input set can be synthesized (a scatter would write twice, ...) is skipped, its reason kept in `errors`."""
+def timing_feeds(as_written: onnx.ModelProto, sizes: Mapping[str, int] | None,
+                 shapes: Mapping[str, Sequence[int]] | None, errors: list[str],
+                 checked: Sequence[Mapping[str, int]] = ()) -> Iterator[tuple[dict[str, np.ndarray], dict[str, int]]]:
+    """The input sets the guard and `evonnx bench` time on, with their symbolic sizes, in order: the sizes given,
+    else every symbol at 64, 256, 5, then 3, then the sizes the check ran (`checked`, largest first; a model whose
+    sizes must agree, `N = 3*H*W`, runs at none of the others). A size at which no input set can be synthesized
+    (a scatter would write twice, ...) is skipped, its reason kept in `errors`."""
     symbols = [s for s in input_symbols(as_written) if s not in (sizes or {})]
-    for size in (64, 256, 5, 3) if symbols else (0,):
+    plans = [{s: size for s in symbols} for size in (64, 256, 5, 3)] if symbols else [{}]
+    for run in sorted(checked, key=lambda r: -sum(r.values())) if symbols else ():
+        plan = {s: run[s] for s in symbols if s in run}
+        if len(plan) == len(symbols) and all(plan.values()) and plan not in plans:
+            plans.append(plan)
+    for plan in plans:
+        plan = {**plan, **(sizes or {})}
         try:
-            yield make_inputs(as_written, {**{s: size for s in symbols}, **(sizes or {})}, 0, shapes)
+            yield make_inputs(as_written, plan, 0, shapes), plan
         except (AmbiguousInputs, EvonnxError) as e:
             errors.append(str(e))
 
 
 def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library: Path,
                            sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
-                           seconds: float) -> list[Comparison]:
+                           seconds: float, checked: Sequence[Mapping[str, int]] = ()) -> list[Comparison]:
     """The optimized model timed against the original at 1 thread and at onnxruntime's default, on the first
-    input set the original runs (`_guard_feeds`)."""
+    input set the original runs (`timing_feeds`)."""
     errors: list[str] = []
     original = as_written.SerializeToString()
-    for feeds in _guard_feeds(as_written, sizes, shapes, errors):
+    for feeds, _ in timing_feeds(as_written, sizes, shapes, errors, checked):
         try:
             out = []
             for threads in (1, 0) if (os.cpu_count() or 1) > 1 else (1,):

@@ -156,6 +156,127 @@ def explain(model: Path, verbose: bool, as_json: bool) -> None:
     click.echo(result.json() if as_json else result.text(verbose))
 
 
+def _fraction(text: str, what: str) -> float:
+    """`5%` or `0.05`."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError as e:
+        raise click.BadParameter(f"'{text}' is not a fraction (0.05) or a percentage (5%)", param_hint=what) from e
+
+
+@main.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--threads", default="1", show_default=True, metavar="N,N..",
+              help="Intra-op thread counts to time at (0: onnxruntime's default).")
+@click.option("--provider", type=click.Choice(["cpu"]), default="cpu", show_default=True,
+              help="onnxruntime execution provider to time on.")
+@click.option("--seconds", type=float, default=1.0, show_default=True,
+              help="Timed runs per model, side and thread count, in seconds.")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON here.")
+@click.option("--markdown", "md_out", type=click.Path(path_type=Path), help="Write a markdown table here.")
+@click.option("--junit", "junit_out", type=click.Path(path_type=Path), help="Write JUnit XML here.")
+@click.option("--out-dir", type=click.Path(path_type=Path),
+              help="Keep the optimized models and libraries here (default: a temporary folder).")
+@click.option("--no-guard", is_flag=True, help="Optimize without the never-slower guard.")
+@click.option("--no-reuse", is_flag=True, help="Optimize even where X.opt.onnx lies next to X.onnx.")
+@click.option("--dim", "dims", multiple=True, metavar="SYM=N", help="Size of a symbolic input dim.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,..", help="Shape of an input.")
+@_one_line_failures
+def bench(models: tuple[Path, ...], threads: str, provider: str, seconds: float, json_out: Path | None,
+          md_out: Path | None, junit_out: Path | None, out_dir: Path | None, no_guard: bool, no_reuse: bool,
+          dims: tuple[str, ...], input_shapes: tuple[str, ...]) -> None:
+    """Optimize (or take X.opt.onnx next to X.onnx), check and time each model against onnxruntime; MODELS are
+    .onnx files or folders of them. Exit 1 when a check fails or a model cannot be optimized or timed."""
+    from evonnx import bench as b
+
+    counts = _ints(threads, "--threads")
+    if any(t < 0 for t in counts) or seconds <= 0:
+        raise click.BadParameter("thread counts must be >= 0 and --seconds > 0")
+    opts = b.Options(threads=counts, seconds=seconds, guard=not no_guard, out_dir=out_dir, reuse=not no_reuse,
+                     sizes={k: _ints(v, "--dim")[0] for k, v in _pairs(dims, "--dim").items()} or None,
+                     shapes={k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
+                     or None)
+    for target in (json_out, md_out, junit_out):
+        if target is not None and target.is_dir():
+            raise click.BadParameter(f"{target} is a folder")
+    tty = sys.stderr.isatty()
+
+    def progress(k: int, n: int, model: str, entries: list[b.Entry] | None) -> None:
+        if entries is None:
+            bar = f"[{'#' * (20 * k // n):.<20}] " if tty else ""
+            click.echo(f"{bar}{k + 1}/{n} {model}: optimizing, checking and timing...", err=True, nl=not tty)
+            return
+        if tty:
+            click.echo("\r\x1b[K", err=True, nl=False)
+        for e in entries:
+            click.echo(b.line(e))
+
+    report = b.bench(list(models), opts, provider, progress)
+    outputs = {json_out: report.json(), md_out: b.markdown(report), junit_out: b.junit(report)}
+    for target, body in outputs.items():
+        if target is not None:
+            _write_text(target, body)
+    bad = [e for e in report.models if e.status != "ok"]
+    if bad:
+        click.echo(f"evonnx: error: {len(bad)} of {len(report.models)} results failed (first: {bad[0].model}: "
+                   f"{bad[0].message[:160]})", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+def _write_text(target: Path, body: str) -> None:
+    """`body` into `target` through a temporary file beside it, renamed into place."""
+    import tempfile
+
+    from evonnx.errors import UsageError
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
+    except OSError as e:
+        raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@main.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--max-slowdown", default="5%", show_default=True,
+              help="A speedup that falls by more than this (and more than the noise) is a regression.")
+@click.option("--max-fusion-drop", default="0.02", show_default=True,
+              help="A fusion ratio that falls by more than this is a regression.")
+@click.option("--markdown", "md_out", type=click.Path(path_type=Path), help="Write a markdown table here.")
+@_one_line_failures
+def compare(base: Path, new: Path, max_slowdown: str, max_fusion_drop: str, md_out: Path | None) -> None:
+    """What changed between two `evonnx bench` reports. Exit 0: nothing regressed beyond the thresholds; 1: something
+    did; 2: bad input (a missing or malformed report)."""
+    from evonnx import compare as c
+
+    try:
+        slow, drop = _fraction(max_slowdown, "--max-slowdown"), _fraction(max_fusion_drop, "--max-fusion-drop")
+        changes = c.compare_reports(c.load_report(base), c.load_report(new), max_slowdown=slow,
+                                    max_fusion_drop=drop)
+        if md_out is not None:
+            _write_text(md_out, c.markdown(changes))
+    except (EvonnxError, click.BadParameter) as e:
+        message = e.format_message() if isinstance(e, click.BadParameter) else str(e).splitlines()[0]
+        click.echo(f"evonnx: error: {message}", err=True)
+        sys.exit(2)
+    click.echo(c.text(changes))
+    sys.exit(1 if c.regressed(changes) else 0)
+
+
 @main.command("build-runtime")
 @click.option("--ort-headers", type=click.Path(path_type=Path), help="Folder with onnxruntime's C API headers.")
 @_one_line_failures
