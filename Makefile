@@ -12,6 +12,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[cuda]' || echo "no NVRTC wheel here: its tests skip"
 	$(BIN)/evonnx build-runtime >/dev/null
 	touch $@
 

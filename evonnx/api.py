@@ -23,7 +23,7 @@ from evonnx.errors import EvonnxError, InvalidModelError, UsageError, Verificati
 from evonnx.index import Poly, Sym
 from evonnx.inputs import AmbiguousInputs, load_user_inputs
 from evonnx.isolate import CrashError
-from evonnx.kernels.build import build_model_library
+from evonnx.kernels.build import DEFAULT_CUDA_ARCHS, build_model_library
 from evonnx.kernels.codegen_c import generate_source
 from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
 from evonnx.measure import Comparison, MeasureError, compare_models, profile_nodes
@@ -85,14 +85,15 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
              sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
              planner: str = "search", report: str | Path | None = None, target: str = "cpu",
              cuda_archs: Sequence[str] | None = None, inputs: str | Path | None = None,
-             guard: bool | None = None, guard_seconds: float = 0.5) -> OptimizeResult:
+             guard: bool | None = None, guard_seconds: float = 0.5, cuda_compiler: str = "auto") -> OptimizeResult:
     """Optimize `src` into `dst` (default `<src>.opt.onnx`) and its kernel library `dst` -> `*.evonnx.so`.
 
     `inputs` names input sets the check runs besides the ones it synthesizes (`evonnx.inputs.load_user_inputs`).
     `planner` is "search" (cost-model search, the default) or "greedy". `report` names a JSON file for the
-    machine-readable report (see README). `target` "cuda" or "both" adds CUDA kernels (needs nvcc) for
-    onnxruntime's CUDA execution provider; the CPU kernels are always in the library. Nothing is written unless
-    the optimized model reproduces onnxruntime's outputs on the original.
+    machine-readable report (see README). `target` "cuda" or "both" adds CUDA kernels for onnxruntime's CUDA
+    execution provider, compiled by `cuda_compiler` ("nvcc", "nvrtc", or "auto": nvcc where found, else NVRTC);
+    the CPU kernels are always in the library. Nothing is written unless the optimized model reproduces
+    onnxruntime's outputs on the original.
 
     The never-slower guard (`guard`, default on unless EVONNX_GUARD=0) times the optimized model against the
     original on this machine's CPU at 1 thread and at onnxruntime's default thread count, about `guard_seconds`
@@ -128,7 +129,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             guard = os.environ.get("EVONNX_GUARD", "1") != "0"
         as_written = load_model(src, infer=False)
         request = _BuildRequest(original, as_written, dst, lib, staged, planner, symbol_sizes, target, dump_dir,
-                                tuple(cflags), ort_headers, cuda_archs, sizes, shapes, user_inputs)
+                                tuple(cflags), ort_headers, cuda_archs, cuda_compiler, sizes, shapes, user_inputs)
         leave: dict[str, str] = {}
         guarded: GuardResult | None = None
         stage = 0
@@ -215,6 +216,7 @@ class _BuildRequest:
     cflags: tuple[str, ...]
     ort_headers: str | Path | None
     cuda_archs: Sequence[str] | None
+    cuda_compiler: str
     sizes: Mapping[str, int] | None
     shapes: Mapping[str, Sequence[int]] | None
     user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]
@@ -248,8 +250,8 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
         _dump(Path(dump_dir), result, source.text, out_model, cuda_source)
     build_model_library(source, staged.path(lib), model_name=dst.name, cflags=tuple(cflags),
                         headers=Path(ort_headers) if ort_headers is not None else None,
-                        cuda_source=cuda_source,
-                        **({"cuda_archs": tuple(cuda_archs)} if cuda_archs else {}))
+                        cuda_source=cuda_source, cuda_archs=tuple(cuda_archs) if cuda_archs else DEFAULT_CUDA_ARCHS,
+                        cuda_compiler=req.cuda_compiler)
     onnx.save(out_model, str(staged.path(dst)))
     checked = None
     if check:

@@ -117,15 +117,18 @@ def main(verbose: int) -> None:
               help="Fusion planner: cost-model search or TVM-style greedy.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write a JSON report (see README) here.")
 @click.option("--target", type=click.Choice(["cpu", "cuda", "both"]), default=None,
-              help="Kernels for onnxruntime's CPU EP, CUDA EP (needs nvcc), or both. "
+              help="Kernels for onnxruntime's CPU EP, CUDA EP (needs nvcc or NVRTC), or both. "
                    "[default: both when a GPU is visible, else cpu]")
 @click.option("--cuda-arch", "cuda_archs", default="sm_80,sm_90", show_default=True,
               help="CUDA architectures for the CUBINs (PTX for the newest is added).")
+@click.option("--cuda-compiler", type=click.Choice(["auto", "nvcc", "nvrtc"]), default="auto", show_default=True,
+              help="Compiler of the CUDA kernels: nvcc, NVRTC (pip install 'evonnx[cuda]'; no CUDA toolkit), or "
+                   "nvcc where found, else NVRTC.")
 @_one_line_failures
 def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, dims: tuple[str, ...],
              input_shapes: tuple[str, ...],
              inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...],
-             planner: str, report: Path | None, target: str | None, cuda_archs: str) -> None:
+             planner: str, report: Path | None, target: str | None, cuda_archs: str, cuda_compiler: str) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
 
@@ -138,7 +141,7 @@ def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, d
     result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
                  sizes=sizes or None, shapes=shapes or None, inputs=inputs, planner=planner, report=report,
                  target=target, guard=False if no_guard else None,
-                 cuda_archs=[a for a in cuda_archs.split(",") if a])
+                 cuda_archs=[a for a in cuda_archs.split(",") if a], cuda_compiler=cuda_compiler)
     click.echo(result.summary())
 
 

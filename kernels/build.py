@@ -9,11 +9,11 @@ The library links no onnxruntime library: it reaches onnxruntime only through th
 to `RegisterCustomOps`, its one exported symbol. Every file is written under a temporary name and renamed into
 place, so concurrent builds never see a half-written object or library.
 
-A CUDA build (`cuda_source`, from `codegen_cuda.generate_cuda`) also compiles the device code with nvcc into one
-fatbin (a CUBIN per architecture plus PTX of the newest, cached by content) and embeds it as data: a generated
-C file defines `evo_cuda_image` in .rodata. The library still links no CUDA library; the runtime dlopens the
-driver when a CUDA kernel is created. NVRTC is not used: nvcc is in the CUDA toolkit that CI and developers
-have, and the NVRTC wheels' versions drift from onnxruntime-gpu's CUDA (see the feasibility notes).
+A CUDA build (`cuda_source`, from `codegen_cuda.generate_cuda`) also compiles the device code into one fatbin (a
+CUBIN per architecture plus PTX of the newest, cached by content), with nvcc or, on a machine without the CUDA
+toolkit, NVRTC from NVIDIA's wheel (`kernels/nvrtc.py`; `cuda_compiler`), and embeds it as data: a generated C
+file defines `evo_cuda_image` in .rodata. The library still links no CUDA library; the runtime dlopens the
+driver when a CUDA kernel is created.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from evonnx.errors import BuildError
+from evonnx.kernels import nvrtc
 from evonnx.kernels.codegen_c import CSource
 from evonnx.paths import cache_dir
 from evonnx.toolchain import kernel_cflags
@@ -175,6 +176,7 @@ def build_model_library(
     headers: Path | None = None,
     cuda_source: str | None = None,
     cuda_archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS,
+    cuda_compiler: str = "auto",
 ) -> Path:
     """Compile `kernel_source` (C11, includes "evonnx_abi.h") and link it with the runtime into `out_path`.
 
@@ -187,13 +189,15 @@ def build_model_library(
 
     With `cuda_source` (from `codegen_cuda.generate_cuda`; then `kernel_source` must end with
     `codegen_cuda.generate_cuda_host` of the same kernels) the kernels are compiled with `-DEVO_WITH_CUDA` and
-    the fatbin for `cuda_archs` is embedded; without it nothing CUDA is needed.
+    the fatbin for `cuda_archs` is embedded (compiled by `cuda_compiler`: "nvcc", "nvrtc", or "auto", nvcc where
+    found); without it nothing CUDA is needed.
     """
     out_path = Path(out_path)
     runtime = runtime_object(headers)
     cc = os.environ.get("CC", "gcc")
     cxx = os.environ.get("CXX", "g++")
-    image = cuda_fatbin(cuda_source, cuda_archs, model_name=model_name) if cuda_source is not None else None
+    image = (cuda_fatbin(cuda_source, cuda_archs, model_name=model_name, compiler=cuda_compiler)
+             if cuda_source is not None else None)
     if isinstance(kernel_source, str):
         units = [kernel_source]
     else:
@@ -299,7 +303,7 @@ def cuda_unavailable() -> str | None:
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return f"onnxruntime {ort.__version__} has no CUDAExecutionProvider: install onnxruntime-gpu"
     try:
-        nvcc_path()
+        which_cuda_compiler("auto")
     except BuildError as e:
         return str(e)
     return None
@@ -337,30 +341,71 @@ def _gencode(archs: tuple[str, ...]) -> list[str]:
     return flags + ["-gencode", f"arch=compute_{top},code=compute_{top}"]
 
 
-def cuda_fatbin(cuda_source: str, archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS, *, model_name: str = "") -> bytes:
-    """The fatbin of `cuda_source` for `archs` (plus PTX), compiled by nvcc and cached by content.
+def which_cuda_compiler(choice: str) -> str:
+    """"nvcc" or "nvrtc" for `choice` ("auto": nvcc where `nvcc_path` finds it, else NVRTC); BuildError when the
+    one chosen, or neither, is here."""
+    if choice not in ("auto", "nvcc", "nvrtc"):
+        raise BuildError(f"unknown CUDA compiler {choice!r} (auto, nvcc or nvrtc)")
+    if choice == "nvrtc":
+        nvrtc.nvrtc()
+        return "nvrtc"
+    try:
+        nvcc_path()
+        return "nvcc"
+    except BuildError as e:
+        if choice == "nvcc":
+            raise
+        if nvrtc.available():
+            return "nvrtc"
+        raise BuildError(f"{e}; or NVRTC: pip install 'evonnx[cuda]'") from None
 
-    Checks that the result holds a CUBIN for every arch and the PTX; raises BuildError otherwise or when nvcc
-    fails (keeping the source at the path the message names).
+
+def _cuda_archs(archs: tuple[str, ...]) -> list[int]:
+    _gencode(archs)  # validates them
+    return sorted({int(a[3:]) for a in archs})
+
+
+def cuda_fatbin(cuda_source: str, archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS, *, model_name: str = "",
+                compiler: str = "auto") -> bytes:
+    """The fatbin of `cuda_source` for `archs` (plus PTX), compiled by nvcc or NVRTC (`which_cuda_compiler`) and
+    cached by content.
+
+    Checks that the result holds a CUBIN for every arch and the PTX; raises BuildError otherwise or when the
+    compiler fails (nvcc: keeping the source at the path the message names).
     """
-    nvcc = nvcc_path()
-    flags = (*_NVCC_FLAGS, *_gencode(tuple(archs)))
+    use = which_cuda_compiler(compiler)
+    if use == "nvcc":
+        nvcc = nvcc_path()
+        flags = (*_NVCC_FLAGS, *_gencode(tuple(archs)))
+        version = _compiler_version(str(nvcc))
+    else:
+        numbers = _cuda_archs(tuple(archs))
+        flags = (*nvrtc.NVRTC_FLAGS, *(f"sm_{n}" for n in numbers), f"compute_{numbers[-1]}")
+        version = nvrtc.version_text()
     key = hashlib.sha256()
-    for part in (cuda_source.encode(), _compiler_version(str(nvcc)).encode(), "\0".join(flags).encode()):
+    for part in (cuda_source.encode(), version.encode(), "\0".join(flags).encode()):
         key.update(hashlib.sha256(part).digest())
     target = cache_dir() / "cuda" / f"kernels-{key.hexdigest()[:24]}.fatbin"
     if not target.is_file():
         _make_cache_folder(target.parent)
-        with tempfile.TemporaryDirectory(prefix="evonnx-cuda-") as tmp:
-            source = Path(tmp) / "kernels.cu"
-            source.write_text(cuda_source)
-            partial = _partial_name(target)
-            try:
-                _run_compiler([str(nvcc), *flags, str(source), "-o", str(partial)],
-                              f"compiling the CUDA kernels of {model_name!r}", source=source)
-                os.replace(partial, target)
-            finally:
-                partial.unlink(missing_ok=True)
+        partial = _partial_name(target)
+        try:
+            if use == "nvcc":
+                with tempfile.TemporaryDirectory(prefix="evonnx-cuda-") as tmp:
+                    source = Path(tmp) / "kernels.cu"
+                    source.write_text(cuda_source)
+                    _run_compiler([str(nvcc), *flags, str(source), "-o", str(partial)],
+                                  f"compiling the CUDA kernels of {model_name!r}", source=source)
+            else:
+                images = [("elf", n, nvrtc.compile_image(cuda_source, f"sm_{n}", model_name=model_name))
+                          for n in numbers]
+                top = numbers[-1]
+                images.append(("ptx", top, nvrtc.compile_image(cuda_source, f"compute_{top}",
+                                                                model_name=model_name)))
+                partial.write_bytes(nvrtc.make_fatbin(images))
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
     image = target.read_bytes()
     want = {("elf", int(a[3:])) for a in archs} | {("ptx", max(int(a[3:]) for a in archs))}
     missing = want - set(fatbin_contents(image))

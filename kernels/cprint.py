@@ -110,7 +110,8 @@ def _extreme(dtype: str, low: bool) -> str:
 def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     """A reduction with its own loop variable: its statements go to `names.pre` (before the statement being
     printed) and the result is a variable; with no statement context (`names.pre` None: the CUDA printer, a guarded
-    select branch, whose reads must not run unless taken) they form a GNU statement expression.
+    select branch, whose reads must not run unless taken) they form a GNU statement expression in C and a lambda
+    called in place in CUDA's C++ (standard, so NVRTC compiles it).
 
     In C (not CUDA) the loop carries `omp simd reduction(...)` (honoured through -fopenmp-simd, no OpenMP runtime):
     it lets gcc reassociate this one loop and vectorise it. max/min give the same value in any order; sums and
@@ -133,6 +134,8 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     if outer is not None:
         outer.extend(lines)
         return result
+    if names.index_type is not None:  # CUDA is C++: a lambda called in place, which NVRTC compiles too
+        return f"([&]() {{ {' '.join(lines)} return {result}; }}())"
     return f"__extension__ ({{ {' '.join(lines)} {result}; }})"
 
 

@@ -6,8 +6,41 @@
  * plan picks _i32 only when a bound of every index the piece computes stays below 2^31.
  * Built with --fmad=false: no fused multiply-add, so float results match onnxruntime's separate Mul and Add.
  */
+#ifdef __CUDACC_RTC__
+/* NVRTC ships no C headers: what these kernels use of <stdint.h>, <limits.h> and <math.h>, as glibc defines it
+ * on x86-64 and aarch64 (int64_t is long). NVRTC's math functions need no header. */
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long uint64_t;
+typedef unsigned long uintptr_t;
+#define INT8_MIN (-128)
+#define INT8_MAX 127
+#define UINT8_MAX 255
+#define INT16_MIN (-32767 - 1)
+#define INT16_MAX 32767
+#define UINT16_MAX 65535
+#define INT32_MIN (-2147483647 - 1)
+#define INT32_MAX 2147483647
+#define UINT32_MAX 4294967295U
+#define INT64_C(c) c##L
+#define UINT64_C(c) c##UL
+#define INT64_MIN (-INT64_C(9223372036854775807) - 1)
+#define INT64_MAX INT64_C(9223372036854775807)
+#define UINT64_MAX UINT64_C(18446744073709551615)
+#define INT_MIN INT32_MIN
+#define INT_MAX INT32_MAX
+#define SIZE_MAX UINT64_MAX
+#define NAN __builtin_bit_cast(float, 0x7fc00000U) /* constant expressions, as glibc's */
+#define INFINITY __builtin_bit_cast(float, 0x7f800000U)
+#else
 #include <math.h>
 #include <stdint.h>
+#endif
 
 #define EVO_CUDA_BLOCK 256 /* must equal evonnx_abi.h */
 

@@ -206,7 +206,7 @@ def test_cuda_build_without_nvcc_names_the_need(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(build, "_DEFAULT_CUDA_ROOTS", (str(tmp_path),))
     with pytest.raises(BuildError, match="--target cuda needs nvcc"):
-        build.cuda_fatbin("extern \"C\" __global__ void k() {}")
+        build.cuda_fatbin("extern \"C\" __global__ void k() {}", compiler="nvcc")
 
 
 def test_fatbin_parser_rejects_other_data() -> None:
