@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,7 +85,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
              sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
              planner: str = "search", report: str | Path | None = None, target: str = "cpu",
              cuda_archs: Sequence[str] | None = None, inputs: str | Path | None = None,
-             guard: bool | None = None, guard_seconds: float = 0.5, cuda_compiler: str = "auto") -> OptimizeResult:
+             guard: bool | None = None, guard_seconds: float = 0.5, cuda_compiler: str = "auto",
+             progress: Callable[[str], None] | None = None) -> OptimizeResult:
     """Optimize `src` into `dst` (default `<src>.opt.onnx`) and its kernel library `dst` -> `*.evonnx.so`.
 
     `inputs` names input sets the check runs besides the ones it synthesizes (`evonnx.inputs.load_user_inputs`).
@@ -129,7 +130,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             guard = os.environ.get("EVONNX_GUARD", "1") != "0"
         as_written = load_model(src, infer=False)
         request = _BuildRequest(original, as_written, dst, lib, staged, planner, symbol_sizes, target, dump_dir,
-                                tuple(cflags), ort_headers, cuda_archs, cuda_compiler, sizes, shapes, user_inputs)
+                                tuple(cflags), ort_headers, cuda_archs, cuda_compiler, sizes, shapes, user_inputs,
+                                progress or (lambda _: None))
         leave: dict[str, str] = {}
         guarded: GuardResult | None = None
         stage = 0
@@ -159,6 +161,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                     out_model = as_written
                     onnx.save(out_model, str(staged.path(dst)))
                 break
+            request.progress("timing against onnxruntime (the never-slower guard)")
             try:
                 comparisons = _time_against_original(as_written, staged.path(dst), staged.path(lib), sizes, shapes,
                                                      guard_seconds, checked.runs if checked is not None else ())
@@ -220,6 +223,7 @@ class _BuildRequest:
     sizes: Mapping[str, int] | None
     shapes: Mapping[str, Sequence[int]] | None
     user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]
+    progress: Callable[[str], None]  # told each stage as it starts (the CLI's status line)
 
 
 def _build(req: _BuildRequest, leave: Mapping[str, str],
@@ -231,6 +235,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
     planner, symbol_sizes, sizes, shapes, user_inputs = (req.planner, req.symbol_sizes, req.sizes, req.shapes,
                                                          req.user_inputs)
 
+    req.progress("planning" + (f" without {len(leave)} nodes the guard left to onnxruntime" if leave else ""))
     result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave)
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
@@ -248,6 +253,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
         cuda_source = generate_cuda(result.specs, dst.name)
     if dump_dir is not None:
         _dump(Path(dump_dir), result, source.text, out_model, cuda_source)
+    req.progress(f"compiling {len(result.specs)} kernels" + (" (C and CUDA)" if cuda_source is not None else ""))
     build_model_library(source, staged.path(lib), model_name=dst.name, cflags=tuple(cflags),
                         headers=Path(ort_headers) if ort_headers is not None else None,
                         cuda_source=cuda_source, cuda_archs=tuple(cuda_archs) if cuda_archs else DEFAULT_CUDA_ARCHS,
@@ -257,6 +263,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
     if check:
         # onnxruntime on the model as written: the inferred shapes evonnx planned with can change what its
         # own optimizations do (a Reshape of an empty tensor that fails only with them)
+        req.progress("checking against onnxruntime on the original")
         checked = check_models(as_written, staged.path(dst), staged.path(lib),
                                _exact_outputs(out_model, result.specs), sizes=sizes, shapes=shapes,
                                equal_symbols=_equal_symbols(original, result), user_inputs=user_inputs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -46,7 +47,11 @@ def _one_line_failures(command: F) -> F:
         saved = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)
                  if main_thread and signal.getsignal(s) is not signal.SIG_IGN}
         try:
-            return command(*args, **kwargs)
+            try:
+                return command(*args, **kwargs)
+            finally:  # a status line goes before whatever follows
+                if _StatusLine.current is not None:
+                    _StatusLine.current.clear()
         except EvonnxError as e:
             first, _, rest = str(e).partition("\n")
             if rest:
@@ -124,13 +129,22 @@ def main(verbose: int) -> None:
 @click.option("--cuda-compiler", type=click.Choice(["auto", "nvcc", "nvrtc"]), default="auto", show_default=True,
               help="Compiler of the CUDA kernels: nvcc, NVRTC (pip install 'evonnx[cuda]'; no CUDA toolkit), or "
                    "nvcc where found, else NVRTC.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug), as `evonnx -v`.")
 @_one_line_failures
 def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, dims: tuple[str, ...],
              input_shapes: tuple[str, ...],
              inputs: Path | None, dump_dir: Path | None, ort_headers: Path | None, cflags: tuple[str, ...],
-             planner: str, report: Path | None, target: str | None, cuda_archs: str, cuda_compiler: str) -> None:
+             planner: str, report: Path | None, target: str | None, cuda_archs: str, cuda_compiler: str,
+             quiet: bool, verbose: int) -> None:
     """Fuse MODEL's view and elementwise chains; write the model and its kernel library (*.evonnx.so)."""
     from evonnx.api import optimize as run
+
+    if verbose:
+        logging.getLogger().setLevel(min(logging.getLogger().level, logging.WARNING - 10 * min(verbose, 2)))
+    if quiet:
+        logging.getLogger().setLevel(logging.ERROR)
+    status = _StatusLine() if _on_terminal() and not quiet else None
 
     sizes = {k: _ints(v, "--dim")[0] for k, v in _pairs(dims, "--dim").items()}
     shapes = {k: _ints(v, "--input-shape") for k, v in _pairs(input_shapes, "--input-shape").items()}
@@ -141,8 +155,44 @@ def optimize(model: Path, output: Path | None, no_check: bool, no_guard: bool, d
     result = run(model, output, check=not no_check, dump_dir=dump_dir, cflags=cflags, ort_headers=ort_headers,
                  sizes=sizes or None, shapes=shapes or None, inputs=inputs, planner=planner, report=report,
                  target=target, guard=False if no_guard else None,
-                 cuda_archs=[a for a in cuda_archs.split(",") if a], cuda_compiler=cuda_compiler)
-    click.echo(result.summary())
+                 cuda_archs=[a for a in cuda_archs.split(",") if a], cuda_compiler=cuda_compiler,
+                 progress=status.show if status is not None else None)
+    if status is not None:
+        status.clear()
+    if not quiet:
+        click.echo(result.summary())
+
+
+def _on_terminal() -> bool:
+    """Whether stderr is a terminal: progress is drawn there, never into a log."""
+    return sys.stderr.isatty()
+
+
+class _StatusLine:
+    """On a terminal, the stage `optimize` is in as one line on stderr, rewritten in place, with the seconds so
+    far; cleared before anything else is printed (a failure's one line included: `_one_line_failures`)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._start = self._clock()
+        self._shown = False
+        _StatusLine.current = self
+
+    current: _StatusLine | None = None
+
+    def show(self, stage: str) -> None:
+        width = shutil.get_terminal_size((80, 20)).columns - 1
+        text = f"evonnx: {stage}... ({self._clock() - self._start:.0f} s)"
+        click.echo("\r\x1b[K" + text[:width], err=True, nl=False)
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            click.echo("\r\x1b[K", err=True, nl=False)
+            self._shown = False
+        _StatusLine.current = None
 
 
 @main.command()
@@ -202,7 +252,7 @@ def bench(models: tuple[Path, ...], threads: str, provider: str, seconds: float,
     for target in (json_out, md_out, junit_out):
         if target is not None and target.is_dir():
             raise click.BadParameter(f"{target} is a folder")
-    tty = sys.stderr.isatty()
+    tty = _on_terminal()
 
     def progress(k: int, n: int, model: str, entries: list[b.Entry] | None) -> None:
         if entries is None:

@@ -234,3 +234,29 @@ def test_cli_explain_leads_with_a_summary_and_gives_a_verdict_per_node_with_v() 
     assert [n["name"] for n in doc["nodes"]] == [n.name for n in model.graph.node]
     assert len(doc["kernels"]) == 1 and sum(doc["kernels"][0]["ops"].values()) == \
         sum(n["verdict"] == "fused" for n in doc["nodes"])
+
+
+def test_optimize_quiet_prints_nothing_and_verbose_logs_the_passes(tmp_path: Path) -> None:
+    """-q: the model is written and nothing printed; -v: the passes' INFO lines. Neither is a terminal here, so
+    no status line (`_StatusLine`) is drawn."""
+    src = Path(__file__).resolve().parents[1] / "models" / "anchor_grid.onnx"
+    quiet = CliRunner().invoke(main, ["optimize", str(src), "-o", str(tmp_path / "q.onnx"), "-q", "--no-guard"])
+    assert quiet.exit_code == 0 and quiet.output == "", quiet.output
+    assert (tmp_path / "q.onnx").is_file() and (tmp_path / "q.evonnx.so").is_file()
+    loud = subprocess.run([sys.executable, "-m", "evonnx", "optimize", str(src), "-o", str(tmp_path / "v.onnx"), "-v",
+                           "--no-guard"], capture_output=True, text=True, timeout=300)
+    assert loud.returncode == 0, loud.stderr
+    assert "INFO evonnx.passes.pipeline: lower_groups: 1 kernels" in loud.stderr
+    assert "\x1b[K" not in loud.stderr and "1 fused kernels" in loud.stdout
+
+
+def test_optimize_shows_its_stage_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import evonnx.cli as cli
+
+    monkeypatch.setattr(cli, "_on_terminal", lambda: True)
+    src = Path(__file__).resolve().parents[1] / "models" / "anchor_grid.onnx"
+    result = CliRunner().invoke(cli.main, ["optimize", str(src), "-o", str(tmp_path / "t.onnx"), "--no-guard"])
+    assert result.exit_code == 0, result.output
+    # click drops the erase-line escape where the stream is not a real terminal
+    assert "\revonnx: planning..." in result.output and "\revonnx: checking against onnxruntime" in result.output
+    assert cli._StatusLine.current is None
