@@ -94,3 +94,32 @@ def test_nvrtc_fatbin_entries_match_nvidias_fatbinary(tmp_path: Path) -> None:
     assert mine[16:cubins] == theirs[16:cubins]
     assert mine[cubins:cubins + 8] == theirs[cubins:cubins + 8]  # kind, version, header size
     assert mine[cubins + 16:cubins + 80] == theirs[cubins + 16:cubins + 80]  # all but the payload size
+
+
+@needs_nvrtc
+def test_every_semantics_table_family_compiles_with_nvrtc(tmp_path: Path) -> None:
+    """NVRTC has no C headers: the prelude's stand-ins must cover what the kernels of every fused op and element
+    type use (the semantics table's models: elementwise, casts, reductions, Softmax, Where/Clip, views, scatters,
+    generators, for every dtype), NaN and infinity constants in tables included."""
+    import sys
+
+    import onnx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+    from test_semantics_table import FAMILIES, TABLE
+
+    from evonnx.kernels.codegen_cuda import generate_cuda
+    from evonnx.model import load_model
+    from evonnx.passes.pipeline import run_pipeline
+
+    compiled = 0
+    for dtype, family in TABLE:
+        made = FAMILIES[family](dtype)
+        assert made is not None
+        path = tmp_path / f"{dtype}-{family}.onnx"
+        onnx.save(made[0], str(path))
+        specs = run_pipeline(load_model(path), planner="greedy").specs
+        if specs:
+            assert nvrtc.compile_image(generate_cuda(specs, path.name), "sm_90")[:4] == b"\x7fELF", (dtype, family)
+            compiled += 1
+    assert compiled >= 60, compiled
