@@ -239,7 +239,8 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types
         raise MeasureError(f"onnxruntime cannot run the original model on these inputs: {e}") from e
     templates = dict(zip([o.name for o in ref_sess.get_outputs()], ref_out, strict=True))
-    ort_inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+    # np.asarray keeps a 0-d input 0-d (ascontiguousarray makes it [1]: a scalar input failed the kernel's rank check)
+    ort_inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.asarray(v, order="C")) for k, v in feeds.items()}
     doing("timing the optimized model")
     try:
         opt_sess = session(optimized, library)

@@ -137,3 +137,12 @@ def test_compare_bad_report_exits_2_with_one_line(tmp_path: Path, base: Any, mes
     assert missing.exit_code == 2 and "cannot read the report" in missing.output
     slow = _compare(tmp_path, _report(), _report(), "--max-slowdown", "five")
     assert slow.exit_code == 2 and "not a fraction" in slow.output
+
+
+def test_bench_times_a_model_with_0d_inputs(tmp_path: Path) -> None:
+    """EasyView's gen_base_anchors takes a 0-d base size: the timing run bound it as [1] (np.ascontiguousarray),
+    which the kernel's rank check refused, an internal error of `optimize`'s guard and of bench alike."""
+    result, report = _bench(tmp_path, str(MODELS / "easyview_gen_base_anchors.onnx"))
+    assert result.exit_code == 0, result.output
+    (row,) = report["models"]
+    assert row["status"] == "ok" and row["speedup"] > 0, row
