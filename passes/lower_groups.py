@@ -8,7 +8,7 @@ reads it; a fused kernel reads only its data inputs, so shape arithmetic feeding
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import replace
 
 import onnx_graphsurgeon as gs
@@ -37,8 +37,9 @@ def _group_inputs(nodes: Sequence[gs.Node], an: Analysis) -> list[str]:
     return out
 
 
-def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis) -> set[str]:
-    """Tensors that the rewritten graph must still produce (fixpoint over groups and unfused nodes)."""
+def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis, also: Set[str] = frozenset()) -> set[str]:
+    """Tensors that the rewritten graph must still produce (fixpoint over groups and unfused nodes), `also`
+    (tensors kernels read for their dims alone) and what computes them included."""
     by_name = {n.name: n for n in g.nodes}
     grouped = {name for grp in plan.groups for name in grp.nodes}
     units: list[tuple[list[str], list[str]]] = []  # (outputs, inputs needed when live)
@@ -48,7 +49,7 @@ def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis) -> set[str]:
     for n in g.nodes:
         if n.name not in grouped:
             units.append(([t.name for t in n.outputs], node_reads(n)))
-    needed = {t.name for t in g.outputs}
+    needed = {t.name for t in g.outputs} | set(also)
     changed = True
     while changed:
         changed = False
@@ -172,9 +173,19 @@ def _bind_symbols(inputs: list[KernelInput], outputs: Sequence[KernelOutput], an
 
 
 def lower_groups(g: gs.Graph, plan: FusionPlan, an: Analysis) -> tuple[list[KernelSpec], set[str]]:
-    needed = needed_tensors(g, plan, an)
-    specs = [s for grp in plan.groups if (s := lower_group(g, grp, an, needed)) is not None]
-    return specs, needed
+    """The groups' kernels and the tensors the rewritten graph must produce. A kernel that reads a tensor for its
+    dims alone (`_bind_symbols`) keeps that tensor's producer running, and with it what the producer reads: a
+    ScatterND left to onnxruntime whose output only a Shape reads, its data computed inside the kernel (fuzz seed
+    250029). Those tensors join `needed` and the groups are lowered again, until none is new; a kernel that then
+    reads dims computed from its own outputs is on a cycle (`kernels_on_cycle`)."""
+    extra: set[str] = set()
+    while True:
+        needed = needed_tensors(g, plan, an, extra)
+        specs = [s for grp in plan.groups if (s := lower_group(g, grp, an, needed)) is not None]
+        shape_reads = {i.name for s in specs for i in s.inputs} - needed
+        if not shape_reads:
+            return specs, needed
+        extra |= shape_reads
 
 
 def kernels_on_cycle(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
