@@ -147,8 +147,8 @@ def _sum_type(e: Reduce, t: str) -> str:
     """The accumulator type of a sum: double for float32. Over thousands of elements one float accumulator per SIMD
     lane was about ten times less accurate than onnxruntime's float sum (relative errors 1e-6 against 1e-7 for
     4,099 x 2 positive values); in double evonnx's sum is the exact one rounded once, so it differs from
-    onnxruntime's by onnxruntime's own error only. Products stay in their type (their overflow and underflow are
-    onnxruntime's)."""
+    onnxruntime's by onnxruntime's own error only, on the CPU and on CUDA alike. Products stay in their type (their
+    overflow and underflow are onnxruntime's)."""
     return "double" if e.op == "sum" and t == "float" else t
 
 
@@ -192,7 +192,7 @@ def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], s
                 f"({r}_nan0 ? ({t})NAN : {r}_acc)")
     if e.op in _IDENTITY:
         op = "+" if e.op == "sum" else "*"
-        acc_t = _sum_type(e, t) if simd else t
+        acc_t = _sum_type(e, t)  # the CUDA kernels too: one thread sums a row in order, as exact as the CPU's
         return ([f"{acc_t} {r}_acc = {print_const(_IDENTITY[e.op], e.dtype)};", *pragma(op, f"{r}_acc"),
                  *_loop(loop, [*inner, f"{r}_acc = {r}_acc {op} ({body});"])],
                 f"({t}){r}_acc" if acc_t != t else f"{r}_acc")
