@@ -170,3 +170,22 @@ def test_models_inputs_follow_hints() -> None:
     anchors = feeds["anchors"]
     assert (anchors[:, 2] > anchors[:, 0]).all() and (anchors[:, 3] > anchors[:, 1]).all()
     assert feeds["pad_shape"].tolist() == [1300, 1550] and feeds["pad_shape"].dtype == np.int64
+
+
+@pytest.mark.parametrize("name", FUSION_PARAMS)
+def test_models_can_be_timed_as_the_guard_and_bench_time_them(
+        name: str, optimized: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The never-slower guard and `evonnx bench` time each model with `measure.compare_models` on `timing_feeds`
+    (inputs bound once as OrtValues). The suite runs with the guard off, so this is the one place the timing path
+    meets every models/ model: a 0-d input bound as [1] once made the guard an internal error on gen_base_anchors.
+    A few runs only; what the ratio says is for benchmarks."""
+    from evonnx.api import library_path, timing_feeds
+    from evonnx.measure import compare_models
+
+    entry = ENTRIES[name]
+    out, _ = _optimize(name, optimized, tmp_path_factory)
+    model = onnx.load(str(MODELS_DIR / entry["file"]))
+    errors: list[str] = []
+    feeds, _sizes = next(timing_feeds(model, None, _cases(entry)[0], errors))
+    c = compare_models(model.SerializeToString(), out, library_path(out), feeds, threads=1, seconds=0.005, rounds=2)
+    assert c.ratio > 0 and c.original["runs"] >= 2 and c.optimized["runs"] >= 2, c
