@@ -46,7 +46,7 @@ from evonnx.model import DOMAIN, default_opset, load_model  # noqa: E402
 from evonnx.passes.analyze import analyze  # noqa: E402
 from evonnx.passes.cost_model import calibrate, node_stats  # noqa: E402
 from evonnx.passes.dependences import analyze_dependences  # noqa: E402
-from evonnx.passes.lazy import reset_names  # noqa: E402
+from evonnx.passes.lazy import naming  # noqa: E402
 from evonnx.passes.lower_groups import lower_groups  # noqa: E402
 from evonnx.passes.plan_search import plan_search  # noqa: E402
 from evonnx.passes.rewrite import rewrite  # noqa: E402
@@ -166,20 +166,20 @@ def run_stages(src: Path, work: Path) -> tuple[dict[str, float], int, int]:
     t0 = time.perf_counter()
     original = load_model(src)
     t0 = lap("load", t0)
-    reset_names()
-    g = gs.import_onnx(original)
-    g.toposort()
-    an = analyze(g, default_opset(original))
-    t0 = lap("analyze", t0)
-    deps = analyze_dependences(g, an)
-    t0 = lap("deps", t0)
-    stats = node_stats(g, an, {})
-    cm = calibrate()
-    t0 = lap("stats", t0)
-    plan = plan_search(g, an, deps, stats, cm)
-    t0 = lap("plan", t0)
-    specs, _ = lower_groups(g, plan, an)
-    t0 = lap("lower", t0)
+    with naming():  # tables and variables numbered as in a pipeline run
+        g = gs.import_onnx(original)
+        g.toposort()
+        an = analyze(g, default_opset(original))
+        t0 = lap("analyze", t0)
+        deps = analyze_dependences(g, an)
+        t0 = lap("deps", t0)
+        stats = node_stats(g, an, {})
+        cm = calibrate()
+        t0 = lap("stats", t0)
+        plan = plan_search(g, an, deps, stats, cm)
+        t0 = lap("plan", t0)
+        specs, _ = lower_groups(g, plan, an)
+        t0 = lap("lower", t0)
     optimized = rewrite(g, specs, an)
     out_model = gs.export_onnx(optimized)
     out_model.ir_version = original.ir_version

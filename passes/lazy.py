@@ -8,6 +8,7 @@ elements; the view path keeps the record that kernels print and that `explain` s
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -116,26 +117,38 @@ def _unflat(flat: Poly, shape: Sequence[Poly]) -> Index:
     return tuple(reversed(out))
 
 
-_table_ids = iter(range(1 << 62))
-_var_ids = iter(range(1 << 62))
+@dataclass
+class _Naming:
+    tables: Iterator[int]
+    vars: Iterator[int]
 
 
-def reset_names() -> None:
-    """Restart the numbering of tables and reduction variables, so one model's kernels come out the same in
-    every run of the same process."""
-    global _table_ids, _var_ids
-    _table_ids = iter(range(1 << 62))
-    _var_ids = iter(range(1 << 62))
+# The numbering of tables and reduction variables. A pipeline run (`naming()`, in `run_pipeline`) numbers from 0,
+# so one model's kernels come out the same in every run of one process, and runs in two threads never share a
+# counter. Lowering outside a run (a test or benchmark calling one pass alone) draws from one process-wide
+# numbering: its names are unique, not reproducible.
+_unscoped = _Naming(itertools.count(), itertools.count())
+_naming: ContextVar[_Naming] = ContextVar("naming", default=_unscoped)
+
+
+@contextmanager
+def naming() -> Iterator[None]:
+    """A numbering of its own for everything lowered inside (one pipeline run)."""
+    token = _naming.set(_Naming(itertools.count(), itertools.count()))
+    try:
+        yield
+    finally:
+        _naming.reset(token)
 
 
 def fresh_table_id() -> int:
     """A number for a new table's name, unique within one pipeline run."""
-    return next(_table_ids)
+    return next(_naming.get().tables)
 
 
 def fresh_var(extent: Poly) -> Poly:
     """A new loop variable for a reduction over `extent` elements."""
-    return var(f"_r{next(_var_ids)}", extent)
+    return var(f"_r{next(_naming.get().vars)}", extent)
 
 
 def constant(array: np.ndarray, dtype: str) -> Lazy:
@@ -160,7 +173,7 @@ def constant(array: np.ndarray, dtype: str) -> Lazy:
     grid = affine_constant(arr) if dtype == "int64" else None
     if grid is not None:
         return grid
-    table = ValueTable(f"tab{next(_table_ids)}", dtype, values)
+    table = ValueTable(f"tab{fresh_table_id()}", dtype, values)
 
     def fn(idx: Index) -> Expr:
         pos = _flat(idx, shape)
@@ -314,7 +327,7 @@ def take(x: Lazy, axis: int, indices: np.ndarray) -> Lazy:
         def pick(pos: Poly) -> Poly:
             return start + pos * step
     else:
-        table = Table(f"idx{next(_table_ids)}", tuple(int(v) for v in flat))
+        table = Table(f"idx{fresh_table_id()}", tuple(int(v) for v in flat))
 
         def pick(pos: Poly) -> Poly:
             return lookup(table, pos)
@@ -331,7 +344,7 @@ def take_along(x: Lazy, axis: int, indices: np.ndarray) -> Lazy:
     out[i] = x[i with axis k replaced by indices[i]], of the indices' shape."""
     ind = indices.astype(np.int64)
     out_shape = tuple(Poly.of(int(d)) for d in ind.shape)
-    table = Table(f"idx{next(_table_ids)}", tuple(int(v) for v in ind.reshape(-1)))
+    table = Table(f"idx{fresh_table_id()}", tuple(int(v) for v in ind.reshape(-1)))
 
     def m(idx: Index) -> Index:
         pick = Poly.of(int(ind.reshape(-1)[0])) if ind.size == 1 else lookup(table, _flat(idx, out_shape))

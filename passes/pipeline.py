@@ -16,7 +16,7 @@ from evonnx.passes import contracts
 from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
-from evonnx.passes.lazy import Reject, reset_names
+from evonnx.passes.lazy import Reject, naming
 from evonnx.passes.lower_groups import (
     ill_conditioned_kernels,
     kernels_on_cycle,
@@ -69,7 +69,12 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
     it too (`ort_layout.layout_chain`, `ort_layout.folded`)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
-    reset_names()
+    with naming():  # tables and reduction variables numbered from 0 in every run
+        return _run(model, planner, sizes, cost_model, cfg, leave, ort_layout)
+
+
+def _run(model: onnx.ModelProto, planner: str, sizes: Mapping[str, int] | None, cost_model: CostModel | None,
+         cfg: SearchConfig, leave: Mapping[str, str] | None, ort_layout: bool) -> PipelineResult:
     g = gs.import_onnx(without_overridable(model))
     g.toposort()
     an = analyze(g, default_opset(model))

@@ -167,3 +167,41 @@ def test_a_tabled_scatter_comes_out_the_same_in_every_run_of_one_process() -> No
     assert "scount" in str(runs[0][0].outputs[0].expr), "the scatter is lowered through tables"
     assert len({tuple(kernel_fingerprint(s) for s in specs) for specs in runs}) == 1
     assert len({generate(specs, "m") for specs in runs}) == 1
+
+
+def test_pipeline_runs_in_two_threads_at_once_number_their_tables_alike() -> None:
+    """Each run numbers tables and reduction variables in a context of its own (`lazy.naming`), not in process
+    state: two runs at once in two threads give the kernels one run alone gives (with one counter they took turns
+    and got other names)."""
+    import threading
+
+    from evonnx.passes.pipeline import run_pipeline
+    from evonnx.records import kernel_fingerprint
+
+    nodes = [helper.make_node("Neg", ["x"], ["n"], name="a"), helper.make_node("Neg", ["u"], ["m"], name="b"),
+             helper.make_node("ScatterND", ["n", "idx", "m"], ["s"], name="c"),
+             helper.make_node("ReduceSum", ["s", "ax"], ["r"], name="e", keepdims=1),
+             helper.make_node("Sub", ["s", "r"], ["y"], name="d")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 8]),
+                     helper.make_tensor_value_info("u", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 8])],
+        [numpy_helper.from_array(np.array([[3], [1], [6]], np.int64), "idx"),
+         numpy_helper.from_array(np.array([1], np.int64), "ax")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    alone = tuple(kernel_fingerprint(s) for s in run_pipeline(model, planner="greedy").specs)
+    assert alone
+    got: list[tuple[str, ...]] = []
+    start = threading.Barrier(4)
+
+    def run() -> None:
+        start.wait()
+        for _ in range(5):
+            got.append(tuple(kernel_fingerprint(s) for s in run_pipeline(model, planner="greedy").specs))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 20 and set(got) == {alone}
