@@ -24,6 +24,7 @@ from typing import Any
 import onnx
 
 from evonnx.errors import EvonnxError, UsageError, VerificationError
+from evonnx.isolate import CrashError
 from evonnx.measure import MeasureError, compare_models
 from evonnx.model import DOMAIN
 
@@ -140,7 +141,7 @@ def _prepare(model: Path, out: Path, opts: Options
     t0 = time.perf_counter()
     given = optimized_next_to(model) if opts.reuse else None
     if given is not None:
-        original = load_model(model)
+        original = load_model(model, infer=False)  # the check's reference is the model as written, as optimize's
         result = check_models(original, given, library_path(given), set(), sizes=opts.sizes, shapes=opts.shapes)
         check = {"passed": True, "max_rel_err": result.max_rel_err, "runs": len(result.runs), "summary": str(result)}
         return given, library_path(given), check, result.runs, time.perf_counter() - t0
@@ -171,7 +172,7 @@ def bench_model(model: Path, out: Path, opts: Options, label: str | None = None)
                                                                        "message": str(e).splitlines()[0]})]
     except EvonnxError as e:
         return [Entry(name, "error", str(e).splitlines()[0], check={"passed": None, "max_rel_err": None})]
-    original = load_model(model)
+    original = load_model(model, infer=False)
     base = Entry(name, "ok", optimized=str(optimized), check=check, seconds=round(seconds, 3),
                  **_counts(original, onnx.load(str(optimized), load_external_data=False)))
     errors: list[str] = []
@@ -191,7 +192,11 @@ def bench_model(model: Path, out: Path, opts: Options, label: str | None = None)
             return entries
         except MeasureError as e:
             errors.append(str(e))
-        except VerificationError as e:  # the optimized model fails on the timing inputs where the original runs
+        except (VerificationError, CrashError) as e:
+            # the optimized model fails or crashes on the timing inputs where the original runs: failed; the
+            # original crashing in onnxruntime is no fault of the optimized model: an error
+            if isinstance(e, CrashError) and "the original model" in e.doing:
+                return [Entry(**{**asdict(base), "status": "error", "message": f"cannot time it: {e}"})]
             return [Entry(**{**asdict(base), "status": "failed", "message": str(e).splitlines()[0],
                              "check": {**check, "passed": False, "message": str(e).splitlines()[0]}})]
     why = errors[-1].splitlines()[0][:200] if errors else "no input set"
