@@ -32,6 +32,7 @@ from evonnx.measure import (  # noqa: E402
     MIN_RUNS,
     MeasureError,
     Runner,
+    cpu_model,
     cpu_snapshot,
     geomean,
     interleaved,
@@ -284,14 +285,7 @@ def summary(results: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> dic
 def machine_info() -> dict[str, Any]:
     import onnxruntime as ort
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     try:
         rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()

@@ -25,7 +25,7 @@ import onnx
 
 from evonnx.errors import EvonnxError, UsageError, VerificationError
 from evonnx.isolate import CrashError
-from evonnx.measure import MeasureError, compare_models
+from evonnx.measure import MeasureError, compare_models, cpu_model
 from evonnx.model import DOMAIN
 
 REPORT_VERSION = 1
@@ -67,19 +67,11 @@ def machine(provider: str) -> dict[str, Any]:
 
     import onnxruntime as ort
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     try:
         version = importlib.metadata.version("evonnx")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    return {"cpu": cpu, "cores": os.cpu_count() or 1, "onnxruntime": ort.__version__, "evonnx": version,
+    return {"cpu": cpu_model(), "cores": os.cpu_count() or 1, "onnxruntime": ort.__version__, "evonnx": version,
             "provider": provider, "python": platform.python_version(), "platform": platform.platform()}
 
 

@@ -57,6 +57,19 @@ def median_ns(fn: Callable[[], object], runs: int) -> float:
 
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform module says: for benchmark reports."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def session_options(threads: int, spin: bool = True) -> ort.SessionOptions:
     import onnxruntime as ort
 

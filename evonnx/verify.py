@@ -220,6 +220,22 @@ def _large_integers_round(ref: np.ndarray, got: np.ndarray, result: CheckResult)
     return True
 
 
+def _run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str
+                   ) -> dict[str, np.ndarray] | None:
+    """onnxruntime's outputs of `model` (a reference spelled from the original) by name, or None where it cannot
+    load or run it: a reference that does not run excuses nothing."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        doing(f"running the original model {what}")
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return {o.name: np.asarray(v) for o, v in zip(sess.get_outputs(), sess.run(None, dict(feeds)))}
+    except Exception:  # noqa: BLE001 - onnxruntime raises several unrelated types
+        return None
+
+
 def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], ref: np.ndarray,
                          got: np.ndarray, result: CheckResult) -> bool:
     """Whether every difference in the integer or bool output `name` of an inexact kernel is a decision on a float
@@ -227,7 +243,6 @@ def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[st
     the outputs differ, onnxruntime's operands on the original are within the float tolerance of each other (a
     comparison) or of an integer (a Cast). A last-bit difference of evonnx's exp against onnxruntime's flips such a
     decision; any other difference is a mismatch. The flips are counted in `result.flips`."""
-    import onnxruntime as ort
 
     node = next((n for n in original.graph.node if name in n.output), None)
     if node is None or node.op_type not in _DECISIONS or node.domain not in ("", "ai.onnx"):
@@ -237,13 +252,8 @@ def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[st
     probe.CopyFrom(original)
     known = {o.name for o in probe.graph.output}
     probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in operands if t not in known)
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    try:
-        doing("running the original model for the operands of a decision")
-        sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        values = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))
-    except Exception:  # noqa: BLE001 - no operands, no excuse
+    values = _run_reference(probe, feeds, "for the operands of a decision")
+    if values is None:
         return False
     arrays = [np.asarray(values[t]) for t in operands]
     if any(a.dtype.kind != "f" for a in arrays):
@@ -273,23 +283,17 @@ def _closer_than_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mappin
     the original model computed in float64 as onnxruntime's own: a sum of thousands of values with both signs in
     onnxruntime's order is off the float64 sum by more than the tolerance of the result (8,198 values of +-400
     summing to 522, fuzz seed 200028), and no kernel can reproduce that order. Counted in `result.closer`."""
-    import onnxruntime as ort
 
     if ref.dtype != np.float32:
         return False
     wide = as_float64(original)
     if wide is None:
         return False
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    try:
-        doing("running the original model in float64")
-        sess = ort.InferenceSession(wide.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        at = [o.name for o in sess.get_outputs()].index(name)
-        r64 = np.asarray(sess.run(None, {k: v.astype(np.float64) if v.dtype == np.float32 else v
-                                         for k, v in feeds.items()})[at])
-    except Exception:  # noqa: BLE001 - no float64 reference, no excuse
+    values = _run_reference(wide, {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()},
+                            "in float64")
+    if values is None or name not in values:
         return False
+    r64 = values[name]
     if r64.shape != ref.shape:
         return False
     scale = float(np.max(np.abs(ref[np.isfinite(ref)]), initial=1.0))
@@ -305,7 +309,7 @@ def _closer_than_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mappin
 
 
 def _same_with_first_nan_rule(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-                              cache: dict[str, list[np.ndarray] | None], name: str, got: np.ndarray, exact: bool,
+                              cache: dict[str, dict[str, np.ndarray] | None], name: str, got: np.ndarray, exact: bool,
                               signs: bool, result: CheckResult) -> bool:
     """Whether the output `name` that differs from onnxruntime's on the original matches onnxruntime on the original
     with its float ReduceMax/ReduceMin spelled out with the first-element NaN rule evonnx's kernels apply in every
@@ -313,27 +317,18 @@ def _same_with_first_nan_rule(original: onnx.ModelProto, feeds: Mapping[str, np.
     and the row's address, so the maximum of a row holding a NaN is its true maximum in one lane and not in the
     next (fuzz seed 220022). `cache` holds that run's outputs for `feeds` (None: no such reference). Counted in
     `result.nan_lanes`."""
-    import onnxruntime as ort
 
     if "outputs" not in cache:
         cache["outputs"] = None
         reference = first_nan_reference(original)
         if reference is None:
             return False
-        so = ort.SessionOptions()
-        so.log_severity_level = 4
-        try:
-            doing("running the original model with one NaN rule in its reductions")
-            sess = ort.InferenceSession(reference.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            cache["outputs"] = [np.asarray(v) for v in sess.run(None, dict(feeds))]
-        except Exception:  # noqa: BLE001 - no reference, no excuse
-            return False
+        cache["outputs"] = _run_reference(reference, feeds, "with one NaN rule in its reductions")
     outputs = cache["outputs"]
-    if outputs is None:
+    if outputs is None or name not in outputs:
         return False
-    at = [o.name for o in original.graph.output].index(name)
     try:
-        _compare(name, outputs[at], got, exact, CheckResult(), signs)
+        _compare(name, outputs[name], got, exact, CheckResult(), signs)
     except VerificationError:
         return False
     result.nan_lanes += 1
@@ -411,7 +406,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         except Exception as e:  # noqa: BLE001
             raise VerificationError(f"the optimized model fails where the original runs ({label}): "
                                     f"{_first_line(e)}") from e
-        lanes: dict[str, list[np.ndarray] | None] = {}
+        lanes: dict[str, dict[str, np.ndarray] | None] = {}
         for out, ref, got in zip(original.graph.output, refs, gots):
             ref, got = np.asarray(ref), np.asarray(got)
             exact = out.name in exact_outputs

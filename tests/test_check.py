@@ -48,16 +48,21 @@ def test_the_check_catches_a_kernel_that_swaps_two_sizes(tmp_path: Path) -> None
     src = _transpose_sigmoid(tmp_path)
     dump = tmp_path / "dump"
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump)
+    _check_fails_with_dims_swapped(src, dump, tmp_path, 1, 2)
+
+
+def _check_fails_with_dims_swapped(src: Path, dump: Path, tmp_path: Path, a: int, b: int) -> None:
+    """The library of `src` (optimized into tmp_path/m.opt.onnx, source in `dump`) rebuilt with input 0's dims
+    `a` and `b` swapped where the kernel computes fails the check; the real one passes."""
     source = (dump / "kernels.c").read_text()
     compute = source.index("_compute(const evo_args *a")
     head, tail = source[:compute], source[compute:]
-    bound = [ln for ln in tail.splitlines() if "= in_dims[0][" in ln][:3]
-    assert len(bound) == 3, tail[:2000]
-    h = next(ln for ln in bound if ln.endswith("in_dims[0][1];"))
-    w = next(ln for ln in bound if ln.endswith("in_dims[0][2];"))
-    swapped = tail.replace(h, h.replace("[0][1]", "[0][@]"), 1).replace(w, w.replace("[0][2]", "[0][1]"), 1)
+    da = next(ln for ln in tail.splitlines() if ln.endswith(f"= in_dims[0][{a}];"))
+    db = next(ln for ln in tail.splitlines() if ln.endswith(f"= in_dims[0][{b}];"))
+    swapped = tail.replace(da, da.replace(f"[0][{a}]", "[0][@]"), 1)
+    swapped = swapped.replace(db, db.replace(f"[0][{b}]", f"[0][{a}]"), 1)
     wrong = tmp_path / "wrong.so"
-    build_model_library(head + swapped.replace("[0][@]", "[0][2]"), wrong, model_name="wrong")
+    build_model_library(head + swapped.replace("[0][@]", f"[0][{b}]"), wrong, model_name="wrong")
     original = onnx.load(str(src))
     with pytest.raises(VerificationError, match="differs beyond tolerance"):
         check_models(original, tmp_path / "m.opt.onnx", wrong, set())
@@ -78,18 +83,7 @@ def test_the_check_catches_swapped_sizes_in_a_model_that_runs_only_at_multiples_
     assert result.check is not None
     distinct = [r for r in result.check.runs if len(set(r.values())) == 3]
     assert distinct and all(r["H"] % 32 == 0 and r["W"] % 32 == 0 for r in distinct), result.check.runs
-    source = (dump / "kernels.c").read_text()
-    compute = source.index("_compute(const evo_args *a")
-    head, tail = source[:compute], source[compute:]
-    h = next(ln for ln in tail.splitlines() if ln.endswith("= in_dims[0][2];"))
-    w = next(ln for ln in tail.splitlines() if ln.endswith("= in_dims[0][3];"))
-    swapped = tail.replace(h, h.replace("[0][2]", "[0][@]"), 1).replace(w, w.replace("[0][3]", "[0][2]"), 1)
-    wrong = tmp_path / "wrong.so"
-    build_model_library(head + swapped.replace("[0][@]", "[0][3]"), wrong, model_name="wrong")
-    original = onnx.load(str(src))
-    with pytest.raises(VerificationError, match="differs beyond tolerance"):
-        check_models(original, tmp_path / "m.opt.onnx", wrong, set())
-    check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())  # the real one passes
+    _check_fails_with_dims_swapped(src, dump, tmp_path, 2, 3)
 
 
 def test_a_kernel_that_crashes_is_a_failed_check_not_a_dead_process(tmp_path: Path) -> None:
