@@ -12,7 +12,7 @@ from evonnx.expr import Const, Expr, IndexVal
 from evonnx.index import Poly, Table, floordiv, is_nonneg, lookup, mod, pmin, var
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
-from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals, const_indices, norm_axis
+from evonnx.passes.lower_common import Args, Attrs, Handler, MapKind, OpDef, Vals, const_indices, norm_axis
 
 _REDUCE = {"add": "add", "mul": "mul", "max": "max", "min": "min"}
 
@@ -142,22 +142,38 @@ def _tabled_write(op: str, data: Lazy, upd: Lazy, targets: np.ndarray, axes: Seq
     return Lazy(data.dtype, data.shape, fn)
 
 
-def _scatter_nd(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
-    try:
-        return _scatter_nd_grid(op, attrs, args, vals, n_out)
-    except Reject as why:
-        data, upd = args[0], args[2]
-        ind = vals[1].array() if vals[1] is not None else None
-        reduction = str(attrs.get("reduction", "none"))
-        if ind is None or reduction not in ("none", *_REDUCE) or ind.ndim < 1 or not 1 <= ind.shape[-1] <= data.rank:
-            raise why from None
-        k = int(ind.shape[-1])
-        rows = tuple(Poly.of(int(d)) for d in ind.shape[:-1])
-        if upd.shape != rows + tuple(data.shape[k:]):
-            raise why from None
-        targets = const_indices(ind, data, range(k), op)
-        return [_tabled_write(op, data, upd, targets, range(k),
-                              lambda p, idx: L._unflat(p, rows) + tuple(idx[k:]), reduction)]
+def _grid_else_tables(grid: Handler, tables: Callable[[str, Attrs, Lazy, Lazy, np.ndarray, str], Lazy | None]
+                      ) -> Handler:
+    """A scatter lowered as an affine grid where its constant indices form one, else through tables of them
+    (`tables`, given data, updates, the indices and the reduction; None where its shapes do not fit). Where
+    neither applies, the grid's reason is the one reported."""
+
+    def lower(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+        try:
+            return grid(op, attrs, args, vals, n_out)
+        except Reject as why:
+            ind = vals[1].array() if vals[1] is not None else None
+            reduction = str(attrs.get("reduction", "none"))
+            if ind is None or reduction not in ("none", *_REDUCE):
+                raise why from None
+            out = tables(op, attrs, args[0], args[2], ind, reduction)
+            if out is None:
+                raise why from None
+            return [out]
+
+    return lower
+
+
+def _scatter_nd_tables(op: str, attrs: Attrs, data: Lazy, upd: Lazy, ind: np.ndarray, reduction: str) -> Lazy | None:
+    if ind.ndim < 1 or not 1 <= ind.shape[-1] <= data.rank:
+        return None
+    k = int(ind.shape[-1])
+    rows = tuple(Poly.of(int(d)) for d in ind.shape[:-1])
+    if upd.shape != rows + tuple(data.shape[k:]):
+        return None
+    targets = const_indices(ind, data, range(k), op)
+    return _tabled_write(op, data, upd, targets, range(k), lambda p, idx: L._unflat(p, rows) + tuple(idx[k:]),
+                         reduction)
 
 
 def _scatter_nd_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
@@ -215,27 +231,20 @@ def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
     raise Reject(f"{op} index of unknown sign")
 
 
-def _scatter_elements(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
-    try:
-        return _scatter_elements_grid(op, attrs, args, vals, n_out)
-    except Reject as why:
-        data, upd = args[0], args[2]
-        ind = vals[1].array() if vals[1] is not None else None
-        reduction = str(attrs.get("reduction", "none"))
-        axis = int(attrs.get("axis", 0))
-        if ind is None or reduction not in ("none", *_REDUCE) or ind.ndim != data.rank or ind.ndim == 0 \
-                or tuple(Poly.of(int(d)) for d in ind.shape) != upd.shape:
-            raise why from None
-        axis = norm_axis(axis, data.rank, op)
-        shape = tuple(Poly.of(int(d)) for d in ind.shape)
-        for n in range(data.rank):
-            if n != axis:
-                # onnxruntime checks the dims before it looks at any index, empty indices included
-                L.require_le(shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}")
-        along = const_indices(ind, data, [axis], op)
-        grid = np.indices(ind.shape).reshape(ind.ndim, -1).T.copy()  # each update's own coordinates ...
-        grid[:, axis] = along[:, 0]  # ... with the scattered axis replaced by its index
-        return [_tabled_write(op, data, upd, grid, range(data.rank), lambda p, idx: L._unflat(p, shape), reduction)]
+def _scatter_elements_tables(op: str, attrs: Attrs, data: Lazy, upd: Lazy, ind: np.ndarray, reduction: str
+                             ) -> Lazy | None:
+    if ind.ndim != data.rank or ind.ndim == 0 or tuple(Poly.of(int(d)) for d in ind.shape) != upd.shape:
+        return None
+    axis = norm_axis(int(attrs.get("axis", 0)), data.rank, op)
+    shape = tuple(Poly.of(int(d)) for d in ind.shape)
+    for n in range(data.rank):
+        if n != axis:
+            # onnxruntime checks the dims before it looks at any index, empty indices included
+            L.require_le(shape[n], data.shape[n], f"{op} indices must not be larger than data on axis {n}")
+    along = const_indices(ind, data, [axis], op)
+    grid = np.indices(ind.shape).reshape(ind.ndim, -1).T.copy()  # each update's own coordinates ...
+    grid[:, axis] = along[:, 0]  # ... with the scattered axis replaced by its index
+    return _tabled_write(op, data, upd, grid, range(data.rank), lambda p, idx: L._unflat(p, shape), reduction)
 
 
 def _scatter_elements_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
@@ -280,6 +289,7 @@ def _scatter_elements_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out:
 
 
 DEFS = [
-    OpDef("ScatterND", _scatter_nd, MapKind.SHUFFLE, (1,), writes=True),
-    OpDef("ScatterElements", _scatter_elements, MapKind.SHUFFLE, (1,), writes=True),
+    OpDef("ScatterND", _grid_else_tables(_scatter_nd_grid, _scatter_nd_tables), MapKind.SHUFFLE, (1,), writes=True),
+    OpDef("ScatterElements", _grid_else_tables(_scatter_elements_grid, _scatter_elements_tables), MapKind.SHUFFLE,
+          (1,), writes=True),
 ]
