@@ -44,6 +44,12 @@ class VerificationError(EvonnxError):
     """The optimized model does not reproduce onnxruntime's outputs on the original model."""
 
 
+class VariantError(VerificationError):
+    """Only the x86-64-v3 variant of the CPU kernels differs from onnxruntime; the baseline variant matches on every
+    run. That is a compiler bug in the v3 build (gcc before 12.4 and 13.3 drops the permutation of SLP-vectorised
+    masked loads, its PR 114375), and `optimize` then builds the baseline variant alone."""
+
+
 def node_label(node: object) -> str:
     """`'name' (OpType)` for messages; works on graphsurgeon and onnx nodes alike."""
     name = getattr(node, "name", "") or "<unnamed>"

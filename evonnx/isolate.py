@@ -228,6 +228,23 @@ def _serve() -> None:
             _send(to_parent, ("error", InternalError(f"cannot send the result of {name}: {e}")))
 
 
+def register_library(options: Any, library: str | Path) -> None:
+    """Register the kernel library `library` with onnxruntime SessionOptions `options`, loaded afresh: through a hard
+    link (a copy across file systems) in a new temporary folder, removed once loaded. dlopen returns a library
+    already loaded from the same path without looking at the file, and the file changes between calls: each guard
+    stage, and the check's rebuild with the baseline CPU kernels alone, writes a new library at the same path, which
+    would otherwise run the old code for as long as anything still holds it (a traceback does). The path is absolute
+    either way: dlopen searches its library path, not the current folder, for a name without a slash."""
+    path = Path(library).absolute()
+    with tempfile.TemporaryDirectory(prefix="evonnx-load-") as tmp:
+        fresh = Path(tmp) / path.name
+        try:
+            os.link(path, fresh)
+        except OSError:
+            shutil.copyfile(path, fresh)
+        options.register_custom_ops_library(str(fresh))
+
+
 def worker_tmp() -> Path | None:
     """The worker's temporary folder, while a worker runs (tests)."""
     return Path(_WORKER._tmp) if _WORKER._tmp is not None else None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evonnx.errors import VerificationError
-from evonnx.isolate import doing, isolated
+from evonnx.isolate import doing, isolated, register_library
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -241,7 +241,7 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
         so = session_options(threads)
         so.log_severity_level = 4
         if lib is not None:
-            so.register_custom_ops_library(str(Path(lib).absolute()))
+            register_library(so, lib)
         return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
                                     providers=["CPUExecutionProvider"])
 
@@ -306,7 +306,7 @@ def profile_nodes(model: bytes | str | Path, library: str | Path | None, feeds: 
         so.enable_profiling = True
         so.profile_file_prefix = str(Path(tmp) / "profile")
         if library is not None:
-            so.register_custom_ops_library(str(Path(library).absolute()))
+            register_library(so, library)
         doing("profiling the " + ("optimized" if library is not None else "original") + " model")
         try:
             sess = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,

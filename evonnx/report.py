@@ -100,7 +100,8 @@ def build_report(result: OptimizeResult, pipeline: PipelineResult, out_model: on
         check = {"passed": True, "runs": result.check.runs, "outputs_compared": result.check.compared,
                  "exact": result.check.exact, "max_rel_err": result.check.max_rel_err,
                  "user_sets": result.check.user_sets, "flips": result.check.flips,
-                 "skipped": list(result.check.skipped)}
+                 "skipped": list(result.check.skipped), "cpu_variants": list(result.check.variants),
+                 "variant_bug": result.check.variant_bug or None}
     return {
         "model": str(result.output),
         "library": str(result.library),

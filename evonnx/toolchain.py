@@ -43,3 +43,22 @@ def c_compiler() -> str | None:
     """`$CC`, else gcc, else cc; None when none is installed."""
     cc = os.environ.get("CC") or "gcc"
     return shutil.which(cc) or shutil.which("cc")
+
+
+# What x86-64-v3 adds to the baseline, as Linux names the CPU flags (lzcnt is "abm").
+_V3_FLAGS = frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"})
+
+
+@functools.cache
+def cpu_runs_v3() -> bool:
+    """Whether this machine runs the x86-64-v3 variant of the CPU kernels (prelude.c, EVO_PICK), so that the check
+    can run it as well as the baseline one. A library built where this is False carries the baseline variant only:
+    nothing a serving machine runs goes unchecked."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return _V3_FLAGS <= set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return False

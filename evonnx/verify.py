@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from evonnx.errors import VerificationError
+from evonnx.errors import VariantError, VerificationError
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
-from evonnx.isolate import CrashError, doing, isolated
+from evonnx.isolate import CrashError, doing, isolated, register_library
 from evonnx.model import outputs_untouched_by, overridable
 from evonnx.references import as_float64, first_nan_reference
 from evonnx.sizes import MAX_INPUT_ELEMENTS, run_size_plans
+from evonnx.toolchain import cpu_runs_v3
 
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
@@ -55,6 +56,11 @@ class CheckResult:
     # outputs that differ where a float ReduceMax/ReduceMin row holds a NaN, and match onnxruntime on the original
     # with one NaN rule for every SIMD lane (`references.first_nan_reference`)
     nan_lanes: int = 0
+    # the variants of the CPU kernels every run compared (prelude.c, EVO_PICK): x86-64-v3 and baseline where this
+    # machine runs both, else the one it runs
+    variants: tuple[str, ...] = ()
+    # where the x86-64-v3 kernels differed and the baseline ones matched (errors.VariantError): what differed
+    variant_bug: str = ""
 
     def __str__(self) -> str:
         distinct = list(dict.fromkeys(",".join(f"{k}={v}" for k, v in r.items()) or "static sizes" for r in self.runs))
@@ -65,8 +71,12 @@ class CheckResult:
         flips += (f", {self.nan_lanes} outputs that match the original only once its max/min reductions treat NaN "
                   f"alike in every SIMD lane" if self.nan_lanes else "")
         skipped = f"; skipped {'; '.join(self.skipped)[:240]}" if self.skipped else ""
+        both = f"; each with the {' and the '.join(self.variants)} CPU kernels" if len(self.variants) > 1 else ""
+        if self.variant_bug:
+            skipped += (f"; the library has the baseline CPU kernels only: the x86-64-v3 ones differ from onnxruntime "
+                        f"where the baseline ones match, a compiler bug ({self.variant_bug[:160]})")
         return (f"passed: {self.compared} outputs over {len(self.runs)} runs ({'; '.join(distinct)}; "
-                f"{len(REGIMES)} value regimes{user}), {self.exact} exact, max relative error "
+                f"{len(REGIMES)} value regimes{user}{both}), {self.exact} exact, max relative error "
                 f"{self.max_rel_err:.2g}{flips}{skipped}")
 
 
@@ -338,8 +348,14 @@ def _same_with_first_nan_rule(original: onnx.ModelProto, feeds: Mapping[str, np.
 def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
                  sizes: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
                  seed: int = 0, equal_symbols: Sequence[tuple[str, str]] = (),
-                 user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]] = ()) -> CheckResult:
+                 user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]] = (),
+                 cpu_variants: bool | None = None) -> CheckResult:
     """Run both models and compare; raises VerificationError on a mismatch or when no input set runs.
+
+    `cpu_variants` (default: where this machine runs the x86-64-v3 variant of the CPU kernels) runs the optimized
+    model twice per input set, once as this machine picks its kernels and once with the baseline variant
+    (EVONNX_CPU_ISA=baseline), so a compiler bug in either is caught whichever one a serving machine runs. Where
+    only the v3 variant differs it raises VariantError.
 
     `equal_symbols` are the symbol pairs the plan requires equal (its broadcast checks); `user_inputs` are
     (label, feeds) sets of `--inputs`, each of which must run on the original. Both models run in evonnx's
@@ -349,7 +365,8 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     try:
         return _check_models(original, Path(optimized).absolute(), Path(library).absolute(), exact_outputs,
                              sizes=sizes, shapes=shapes, seed=seed, equal_symbols=equal_symbols,
-                             user_inputs=user_inputs)
+                             user_inputs=user_inputs,
+                             cpu_variants=cpu_runs_v3() if cpu_variants is None else cpu_variants)
     except CrashError as e:
         about_original = "the original model" in e.doing
         raise VerificationError(("cannot check: " if about_original else "") + str(e)) from None
@@ -359,7 +376,9 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
 def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
                   sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None, seed: int,
                   equal_symbols: Sequence[tuple[str, str]],
-                  user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]]) -> CheckResult:
+                  user_inputs: Sequence[tuple[str, Mapping[str, np.ndarray]]], cpu_variants: bool) -> CheckResult:
+    import os
+
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -372,21 +391,52 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                                 f"({_first_line(e)})") from e
     so2 = ort.SessionOptions()
     so2.log_severity_level = 4
-    opt_sess = None
+    opt_sess = base_sess = None
     load_error: Exception | None = None
     try:
-        # dlopen searches its library path, not the current folder, for a name without a slash.
         doing("loading the optimized model")
-        so2.register_custom_ops_library(str(library))
+        register_library(so2, library)
         opt_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
+        if cpu_variants:
+            # the runtime reads the variable when it creates each kernel (this is evonnx's own worker process)
+            doing("loading the optimized model with the baseline CPU kernels")
+            previous = os.environ.get("EVONNX_CPU_ISA")
+            os.environ["EVONNX_CPU_ISA"] = "baseline"
+            try:
+                base_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
+            finally:
+                if previous is None:
+                    del os.environ["EVONNX_CPU_ISA"]
+                else:
+                    os.environ["EVONNX_CPU_ISA"] = previous
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
         # reported once the original runs on some input: where it runs on none (a Squeeze of an axis that is
         # always empty), that is what the user needs to hear, and the optimized model, whose shapes evonnx
         # made static, may fail onnxruntime's load-time shape inference for the same reason (fuzz seed 170005)
         load_error = e
-    result = CheckResult()
-    state = {"last_error": ""}
+    result = CheckResult(variants=("x86-64-v3", "baseline") if cpu_variants else ())
+    state = {"last_error": "", "v3_error": ""}
     signed = signed_zero_outputs(original)
+
+    def compare(feeds: Mapping[str, np.ndarray], refs: Sequence[object], gots: Sequence[object],
+                into: CheckResult) -> None:
+        lanes: dict[str, dict[str, np.ndarray] | None] = {}
+        for out, ref, got in zip(original.graph.output, refs, gots):
+            ref, got = np.asarray(ref), np.asarray(got)
+            exact = out.name in exact_outputs
+            try:
+                _compare(out.name, ref, got, exact, into, out.name in signed)
+            except VerificationError:
+                if _same_with_first_nan_rule(original, feeds, lanes, out.name, got, exact, out.name in signed, into):
+                    continue
+                if exact or ref.shape != got.shape or ref.dtype != got.dtype:
+                    raise
+                if ref.dtype.kind in "fc":
+                    if not _closer_than_onnxruntime(original, out.name, feeds, ref, got, into):
+                        raise
+                elif not (_large_integers_round(ref, got, into)
+                          or _flips_at_thresholds(original, out.name, feeds, ref, got, into)):
+                    raise
 
     def run(feeds: Mapping[str, np.ndarray], label: str) -> bool:
         """Both models on `feeds`; False when the original rejects them."""
@@ -400,29 +450,30 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
             assert load_error is not None
             raise VerificationError(f"onnxruntime cannot load the optimized model: {_first_line(load_error)}") \
                 from load_error
-        try:
-            doing(f"running the optimized model ({label})")
-            gots = opt_sess.run(None, dict(feeds))
-        except Exception as e:  # noqa: BLE001
-            raise VerificationError(f"the optimized model fails where the original runs ({label}): "
-                                    f"{_first_line(e)}") from e
-        lanes: dict[str, dict[str, np.ndarray] | None] = {}
-        for out, ref, got in zip(original.graph.output, refs, gots):
-            ref, got = np.asarray(ref), np.asarray(got)
-            exact = out.name in exact_outputs
+        sessions = [("", opt_sess)] if base_sess is None else [("x86-64-v3", opt_sess), ("baseline", base_sess)]
+        counted = False
+        for variant, sess in sessions:
+            if variant == "x86-64-v3" and state["v3_error"]:
+                continue  # the v3 kernels differed already: the baseline ones go on alone, to tell the two apart
+            where = f", {variant} CPU kernels" if variant else ""
             try:
-                _compare(out.name, ref, got, exact, result, out.name in signed)
-            except VerificationError:
-                if _same_with_first_nan_rule(original, feeds, lanes, out.name, got, exact, out.name in signed, result):
-                    continue
-                if exact or ref.shape != got.shape or ref.dtype != got.dtype:
+                try:
+                    doing(f"running the optimized model ({label}{where})")
+                    gots = sess.run(None, dict(feeds))
+                except Exception as e:  # noqa: BLE001
+                    raise VerificationError(f"the optimized model fails where the original runs ({label}{where}): "
+                                            f"{_first_line(e)}") from e
+                scratch = CheckResult()
+                compare(feeds, refs, gots, scratch if counted else result)
+                result.max_rel_err = max(result.max_rel_err, scratch.max_rel_err)
+                counted = True
+            except VerificationError as e:
+                if variant == "baseline":
+                    raise VerificationError(f"{e} (with the baseline CPU kernels, which a machine without AVX2 "
+                                            f"runs)") from e
+                if variant != "x86-64-v3":
                     raise
-                if ref.dtype.kind in "fc":
-                    if not _closer_than_onnxruntime(original, out.name, feeds, ref, got, result):
-                        raise
-                elif not (_large_integers_round(ref, got, result)
-                          or _flips_at_thresholds(original, out.name, feeds, ref, got, result)):
-                    raise
+                state["v3_error"] = str(e)
         return True
 
     def run_plan(plan: Mapping[str, int], regimes: Sequence[int] = tuple(range(len(REGIMES)))) -> bool:
@@ -451,6 +502,9 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         run_plan(dict(sizes or {}))
     else:
         run_size_plans(original, symbols, equal_symbols, run_plan, result.skipped)
+    if state["v3_error"] and (result.runs or result.user_sets):
+        raise VariantError(f"{state['v3_error']} (with the x86-64-v3 CPU kernels only; the baseline ones match on "
+                           f"every run)")
     if not result.runs and not result.user_sets:
         raise VerificationError(f"cannot check: onnxruntime rejects every generated input for the original model "
                                 f"({state['last_error']}); pass inputs with --inputs, or name sizes with --dim or "

@@ -36,7 +36,7 @@ from evonnx.errors import BuildError
 from evonnx.kernels import nvrtc
 from evonnx.kernels.codegen_c import CSource
 from evonnx.paths import cache_dir
-from evonnx.toolchain import kernel_cflags
+from evonnx.toolchain import cpu_runs_v3, kernel_cflags
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +177,12 @@ def build_model_library(
     cuda_source: str | None = None,
     cuda_archs: tuple[str, ...] = DEFAULT_CUDA_ARCHS,
     cuda_compiler: str = "auto",
+    cpu_variants: bool | None = None,
 ) -> Path:
     """Compile `kernel_source` (C11, includes "evonnx_abi.h") and link it with the runtime into `out_path`.
+
+    `cpu_variants` (default: where this machine runs them, `toolchain.cpu_runs_v3`) builds the task functions for
+    x86-64-v3 as well as for the baseline; False builds the baseline only (`-DEVO_NO_CLONES`).
 
     A `CSource` of more than `PARALLEL_BUILD_CHARS` characters is compiled as several translation units at
     once, one per core (`build_jobs`); a string is one unit. `model_name` is for messages; `headers` is passed
@@ -208,7 +212,10 @@ def build_model_library(
         sources = [work / (f"kernels{k}.c" if len(units) > 1 else "kernels.c") for k in range(len(units))]
         for path, text in zip(sources, units):
             path.write_text(text)
-        flags = [*kernel_cflags(cc), *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []), f"-I{_RUNTIME_DIR}"]
+        if cpu_variants is None:
+            cpu_variants = cpu_runs_v3()
+        flags = [*kernel_cflags(cc), *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []),
+                 *([] if cpu_variants else ["-DEVO_NO_CLONES"]), f"-I{_RUNTIME_DIR}"]
         _run_compilers(
             [([cc, *flags, "-c", str(src), "-o", str(src.with_suffix(".o"))], src) for src in sources],
             f"compiling the kernels of {model_name!r}",

@@ -145,7 +145,7 @@ class _Kernel:
             body=body, row_body=row_body, advance=advance))
         total = print_poly(product(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
-        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {total}, {cost});")
+        self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {total}, {cost});")
 
     def _add_tiled_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, w: int,
                         member: tuple[int, KernelOutput, int, Piece, Expr, Poly]) -> None:
@@ -183,7 +183,7 @@ class _Kernel:
             pos=print_poly(pos, names)))
         # a task's unit is one row of the other outer loops and one block of TILE along w
         units = f"{print_poly(product(rest_ext), names)} * (({print_poly(outer_ext[w], names)} + {TILE - 1}) / {TILE})"
-        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, "
+        self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {units}, "
                          f"{max(1, _cost([(pos, expr)]))} * {TILE} * ({print_poly(inner_ext, names)}));")
 
     def _add_lane_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, lane: Var,
@@ -246,7 +246,7 @@ class _Kernel:
         units = f"{print_poly(product(rest_ext), names)} * (({print_poly(lane_ext, names)} + {LANES - 1}) / {LANES})"
         work = max(1, len(roots)) * (max(1, _cost(roots)) + _reduce_work(roots))
         per_unit = f"{work} * {LANES}" + ("" if on_inner else f" * ({print_poly(inner_ext, names)})")
-        self.runs.append(f"    evo_run(a, {fname}, &c, &c.ranges[{rng}], {units}, {per_unit});")
+        self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {units}, {per_unit});")
 
     def _bindings(self) -> str:
         lines = []

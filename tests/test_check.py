@@ -11,9 +11,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import evonnx
-from evonnx.errors import UsageError, VerificationError
+from evonnx.errors import UsageError, VariantError, VerificationError
 from evonnx.inputs import synthesize
 from evonnx.kernels.build import build_model_library
+from evonnx.toolchain import cpu_runs_v3
 from evonnx.verify import check_models
 
 pytestmark = pytest.mark.compiler
@@ -384,3 +385,90 @@ def test_the_size_search_stops_below_the_input_limit_and_keeps_what_ran(tmp_path
     result = evonnx.optimize(src, tmp_path / "o.onnx", guard=False, planner="greedy")
     assert result.check is not None and result.check.runs == [{"N": 64}] * 3
     assert any("all sizes 256 and up" in s for s in result.check.skipped)
+
+
+_PICK = "#define EVO_PICK(a, f) ((a)->cpu_level >= 3 ? f##_v3 : f)"
+_SKIP_TASK = "static void evo_skip(void *vctx, size_t task) { (void)vctx; (void)task; }\n"
+
+
+def _with_a_variant_that_skips(source: str, variant: str) -> str:
+    """Kernel source whose `variant` ("v3" or "baseline") of every task function writes nothing."""
+    assert source.count(_PICK) == 1
+    broken = ("((a)->cpu_level >= 3 ? evo_skip : f)" if variant == "v3" else
+              "((a)->cpu_level >= 3 ? f##_v3 : evo_skip)")
+    return source.replace(_PICK, _SKIP_TASK + "#define EVO_PICK(a, f) " + broken)
+
+
+needs_v3 = pytest.mark.skipif(not cpu_runs_v3(), reason="this machine does not run the x86-64-v3 kernels, so its "
+                                                          "libraries carry the baseline ones alone")
+
+
+@needs_v3
+def test_the_check_runs_the_baseline_cpu_kernels_too(tmp_path: Path) -> None:
+    # A serving machine without AVX2 runs the baseline variant of every task function, this one the x86-64-v3
+    # variant; both come from one source but from two compilations, and a compiler bug can hit either. A library
+    # whose baseline variant writes nothing fails the check here, although this machine would never run it.
+    src = _transpose_sigmoid(tmp_path)
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump)
+    wrong = tmp_path / "wrong.so"
+    build_model_library(_with_a_variant_that_skips((dump / "kernels.c").read_text(), "baseline"), wrong,
+                        model_name="wrong")
+    original = onnx.load(str(src))
+    with pytest.raises(VerificationError, match=r"with the baseline CPU kernels") as caught:
+        check_models(original, tmp_path / "m.opt.onnx", wrong, set())
+    assert not isinstance(caught.value, VariantError)
+    passed = check_models(original, tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set())
+    assert passed.variants == ("x86-64-v3", "baseline")
+    assert "each with the x86-64-v3 and the baseline CPU kernels" in str(passed)
+
+
+@needs_v3
+def test_v3_kernels_that_alone_differ_leave_a_library_of_baseline_kernels(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # gcc 12.2 drops the permutation of SLP-vectorised masked loads (its PR 114375, fixed in 12.4 and 13.3) in the
+    # x86-64-v3 variant alone (fuzz case001376: a Concat of a ScatterND's result with itself). The check then tells
+    # the variants apart, and optimize builds the baseline variant alone, checks it again, and says so.
+    import evonnx.api
+
+    src = _transpose_sigmoid(tmp_path)
+    real = evonnx.api.build_model_library
+    built: list[bool | None] = []
+
+    def miscompiling(source: object, out: Path, **kw: object) -> Path:
+        text = source if isinstance(source, str) else source.text  # type: ignore[attr-defined]
+        built.append(kw.get("cpu_variants"))  # type: ignore[arg-type]
+        return real(_with_a_variant_that_skips(text, "v3") if kw.get("cpu_variants") is not False else text, out,
+                    **kw)  # type: ignore[arg-type]
+
+    wrong = tmp_path / "wrong.so"
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "ok.opt.onnx", dump_dir=dump)
+    real(_with_a_variant_that_skips((dump / "kernels.c").read_text(), "v3"), wrong, model_name="wrong")
+    with pytest.raises(VariantError, match=r"with the x86-64-v3 CPU kernels only; the baseline ones match"):
+        check_models(onnx.load(str(src)), tmp_path / "ok.opt.onnx", wrong, set())
+
+    monkeypatch.setattr(evonnx.api, "build_model_library", miscompiling)
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert built == [None, False]
+    assert result.check is not None and result.check.variant_bug
+    assert "the library has the baseline CPU kernels only" in str(result.check)
+    # what was written is the baseline build, and it matches onnxruntime with this machine's own pick
+    check_models(onnx.load(str(src)), tmp_path / "m.opt.onnx", tmp_path / "m.opt.evonnx.so", set(),
+                 cpu_variants=False)
+
+
+def test_an_unknown_cpu_isa_fails_the_session_with_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime as ort
+
+    src = _transpose_sigmoid(tmp_path)
+    evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    monkeypatch.setenv("EVONNX_CPU_ISA", "avx9000")
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(str(tmp_path / "m.opt.evonnx.so"))
+    with pytest.raises(Exception, match=r"EVONNX_CPU_ISA is 'avx9000'; use 'auto' or 'baseline'"):
+        ort.InferenceSession(str(tmp_path / "m.opt.onnx"), so, providers=["CPUExecutionProvider"])
+    monkeypatch.setenv("EVONNX_CPU_ISA", "baseline")
+    sess = ort.InferenceSession(str(tmp_path / "m.opt.onnx"), so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], 1 / (1 + np.exp(-x.transpose(0, 2, 1))), rtol=1e-6)

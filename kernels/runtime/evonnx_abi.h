@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define EVO_ABI_VERSION 2
+#define EVO_ABI_VERSION 3
 #define EVO_ERRLEN 512
 #define EVO_MAX_RANK 16
 /* Threads per block of every CUDA launch; the generated __global__ functions declare it as their bound. */
@@ -38,8 +38,10 @@ typedef struct evo_args {
     const int64_t *const *output_dims;  /* as computed by infer() */
     evo_parallel_for_fn parallel_for;   /* never NULL */
     void *rt;                           /* opaque, passed back to parallel_for */
-    int32_t num_threads;                /* a hint, currently always 1: the API 21 header cannot ask the pool's
-                                         * size. parallel_for still uses the whole pool; size tasks by work. */
+    int32_t cpu_level;                  /* which variant of the task functions runs: 3 for x86-64-v3 (AVX2,
+                                         * FMA), 1 for the baseline (prelude.c, EVO_PICK); set per kernel at
+                                         * creation (EVONNX_CPU_ISA=baseline forces 1). parallel_for uses the
+                                         * whole pool whatever its size: size tasks by work. */
 } evo_args;
 
 /* ---- CUDA (ABI 2) ----------------------------------------------------------------------------------------

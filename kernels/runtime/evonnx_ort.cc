@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -119,7 +120,36 @@ struct FusedKernel {
     const OrtApi* api;
     const evo_kernel* kernel;
     std::string node_name;  // for messages
+    int32_t cpu_level;      // evo_args.cpu_level: which variant of the task functions runs
 };
+
+// The CPU's level for the generated task functions (prelude.c, EVO_PICK): 3 where it has every x86-64-v3 feature,
+// else 1. EVONNX_CPU_ISA=baseline forces 1, which is how evonnx's check runs the baseline variant on a machine that
+// would pick the v3 one (a serving machine without AVX2 runs it); "auto" or unset picks by the CPU.
+OrtStatus* cpu_level(const OrtApi* api, int32_t* out) {
+    const char* forced = std::getenv("EVONNX_CPU_ISA");
+    if (forced != nullptr && std::strcmp(forced, "baseline") == 0) {
+        *out = 1;
+        return nullptr;
+    }
+    if (forced != nullptr && forced[0] != '\0' && std::strcmp(forced, "auto") != 0) {
+        return make_status(api, ORT_INVALID_ARGUMENT, "evonnx: EVONNX_CPU_ISA is '%.40s'; use 'auto' or 'baseline'",
+                           forced);
+    }
+    *out = 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+#if defined(__clang__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+        __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c")) {
+        *out = 3;
+    }
+#else
+    if (__builtin_cpu_supports("x86-64-v3")) *out = 3;
+#endif
+#endif
+    return nullptr;
+}
 
 const evo_kernel* find_kernel(const char* name) {
     for (int32_t i = 0; i < evo_kernel_count; ++i) {
@@ -240,7 +270,9 @@ OrtStatus* create_fused_kernel(const OrtApi* api, const OrtKernelInfo* info, Fus
                            k->fingerprint != nullptr ? k->fingerprint : "(none)");
     }
     EVO_RETURN_IF_ERROR(check_node_signature(api, info, *k, node));
-    *out = new FusedKernel{api, k, std::move(node)};
+    int32_t level = 1;
+    EVO_RETURN_IF_ERROR(cpu_level(api, &level));
+    *out = new FusedKernel{api, k, std::move(node), level};
     return nullptr;
 }
 
@@ -375,9 +407,7 @@ OrtStatus* compute_cpu(const FusedKernel& fk, OrtKernelContext* context) {
     args.output_dims = io.output_dims.data();
     args.parallel_for = cpu_parallel_for;
     args.rt = &rt;
-    // 1 because the API 21 header offers no way to ask the size of the intra-op pool; parallel_for still uses
-    // the whole pool (see cpu_parallel_for).
-    args.num_threads = 1;
+    args.cpu_level = fk.cpu_level;
     if (k.compute(&args, err) != 0) return kernel_error(api, ORT_FAIL, fk, "compute", err);
     return nullptr;
 }

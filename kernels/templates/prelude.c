@@ -7,15 +7,26 @@
 
 #include "evonnx_abi.h"
 
-/* Task functions are compiled twice on x86-64, for x86-64-v3 (AVX2 and FMA, as onnxruntime's MLAS kernels use
- * them) and for the baseline, and the loader picks one for the machine (GNU ifunc), so the library stays portable
- * while vector loops run 8 floats wide where they can. -ffp-contract=off still applies: no FMA is introduced
- * where the source has none; the explicit fmaf of evo_sigmoid_f32 is exact on either clone (an instruction on v3,
- * libm's correctly rounded fmaf on the baseline), so results do not depend on the clone. */
+/* Task functions are compiled twice on x86-64 by gcc: for x86-64-v3 (AVX2 and FMA, as onnxruntime's MLAS kernels
+ * use them) and for the baseline. EVO_TASK(f) defines the body once (f_body, always inlined) and the two variants
+ * f_v3 and f; EVO_PICK(a, f) picks one per Compute by evo_args.cpu_level, which the runtime sets when the kernel is
+ * created: 3 where the CPU has x86-64-v3 and EVONNX_CPU_ISA is not "baseline". So the library stays portable while
+ * vector loops run 8 floats wide where they can, and evonnx's check runs both variants (not gcc's target_clones,
+ * whose resolver always picks the best one: a compiler bug in the variant the optimizing machine does not run would
+ * reach a serving machine that runs it unchecked; gcc 12.2 drops the permutation of SLP-vectorised masked loads,
+ * PR 114375, only in the v3 variant). -ffp-contract=off still applies: no FMA is introduced where the source has
+ * none; the explicit fmaf of evo_sigmoid_f32 is exact on either variant (an instruction on v3, libm's correctly
+ * rounded fmaf on the baseline), so results do not depend on the variant. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EVO_NO_CLONES)
-#define EVO_TASK __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define EVO_TASK(f)                                                                                                \
+    static inline __attribute__((always_inline)) void f##_body(void *vctx, size_t task);                        \
+    __attribute__((target("arch=x86-64-v3"))) static void f##_v3(void *vctx, size_t task) { f##_body(vctx, task); } \
+    static void f(void *vctx, size_t task) { f##_body(vctx, task); }                                             \
+    static inline __attribute__((always_inline)) void f##_body(void *vctx, size_t task)
+#define EVO_PICK(a, f) ((a)->cpu_level >= 3 ? f##_v3 : f)
 #else
-#define EVO_TASK
+#define EVO_TASK(f) static void f(void *vctx, size_t task)
+#define EVO_PICK(a, f) ((void)(a), f)
 #endif
 
 /* An 8x8 block of 4-byte elements transposed in registers: t[r][c] -> o[c][r]. Three rounds of two-vector

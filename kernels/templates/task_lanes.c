@@ -1,6 +1,6 @@
 
 /* $kernel: $note */
-EVO_TASK static void ${fname}(void *vctx, size_t task) {
+EVO_TASK(${fname}) {
     const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
     const evo_range *rg = &c->ranges[$range];
     int evo_zero = 0; /* an integer divisor was 0 (evo_nz_*) */

@@ -58,7 +58,7 @@ int emu_cpu(int k, const void *const *in, const int64_t *const *in_dims, void *c
     a.output_dims = out_dims;
     a.parallel_for = emu_serial_for;
     a.rt = 0;
-    a.num_threads = 1;
+    a.cpu_level = 1;
     return e->compute(&a, err);
 }
 int emu_plan(int k, const int64_t *const *in_dims, int64_t *syms, int32_t *entry, int64_t *total, char *err) {
