@@ -3,11 +3,11 @@
 Inputs are synthesized from what each input's consumers accept (`evonnx.inputs`), in three value regimes, plus
 the user's own (`--inputs`). Symbolic dims get distinct sizes (`evonnx.sizes`): the symbols the plan ties together
 (broadcast checks) share one, every other class of them its own prime, so a kernel that mixes up two sizes fails.
-Outputs computed only by exact operations must match exactly (NaN == NaN), zero signs included unless a Min or Max
-computes them (`ZERO_SIGN_UNDEFINED`); others within per-dtype tolerances. A difference passes only where
-onnxruntime's own result is the one in doubt: a decision at its rounding threshold, a large integer's float32
-rounding, a float32 sum further from float64 than evonnx's, a NaN rule that depends on the SIMD lane
-(`evonnx.references`).
+Outputs computed only by exact operations must match exactly (NaN == NaN), zero signs included unless a Min, a Max
+or a max/min reduction computes them (`ZERO_SIGN_UNDEFINED`); others within per-dtype tolerances. A difference
+passes only where onnxruntime's own result is the one in doubt: a decision at its rounding threshold, a large
+integer's float32 rounding, a float32 sum further from float64 than evonnx's, a NaN rule that depends on the SIMD
+lane (`evonnx.references`).
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
 MAX_TENSOR_ELEMENTS = 1 << 28
 # Ops whose float result has a zero sign onnxruntime does not define: Min and Max of +0 and -0 give either zero
 # depending on the element's position (Eigen's SIMD packets return one operand, the scalar tail the other, and the
-# broadcast forms the reverse; measured in onnxruntime 1.31 for float and double). An exact output computed through
-# one of them is compared with +0 == -0; every other exact output bit for bit, zero signs included (1/x, atan2 and
-# copysign downstream tell them apart).
-ZERO_SIGN_UNDEFINED = frozenset({"Min", "Max"})
+# broadcast forms the reverse; measured in onnxruntime 1.31 for float and double), and so do ReduceMax and ReduceMin
+# of a row holding both zeros (a row of 5 or more: [-1, +0, -0, -1, -1] gives -0, [-1, -0, +0, -1, -1] gives +0, as
+# the zeros meet in SIMD lanes; the kernels' own lanes differ between their x86-64-v3 and baseline variants). An exact
+# output computed through one of them is compared with +0 == -0; every other exact output bit for bit, zero signs
+# included (1/x, atan2 and copysign downstream tell them apart).
+ZERO_SIGN_UNDEFINED = frozenset({"Min", "Max", "ReduceMax", "ReduceMin"})
 
 
 @dataclass

@@ -265,6 +265,13 @@ def test_exact_outputs_match_zero_signs_except_through_min_and_max(tmp_path: Pat
          helper.make_node("Abs", ["m"], ["y1"])], "g", [_vi("x", F, ["N"])],
         [_vi("a", F, ["N"]), _vi("y1", F, ["N"])]))
     assert signed_zero_outputs(model) == {"a"}
+    # and so do ReduceMax and ReduceMin of a row holding both zeros, by where they meet in SIMD lanes:
+    # [-1, +0, -0, -1, -1] gives -0 and [-1, -0, +0, -1, -1] gives +0 in onnxruntime 1.31
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("ReduceMin", ["a"], ["m"], keepdims=0),
+         helper.make_node("Abs", ["m"], ["y1"])], "g", [_vi("x", F, ["N"])],
+        [_vi("a", F, ["N"]), _vi("y1", F, [])]))
+    assert signed_zero_outputs(model) == {"a"}
 
 
 def test_integer_divisors_never_make_onnxruntime_trap(tmp_path: Path) -> None:
