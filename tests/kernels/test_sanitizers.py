@@ -42,6 +42,8 @@ from sec_oracle import (  # noqa: E402
 )
 from sec_sanitize import SANITIZE, SanitizedBuilder, sanitizer_env, sanitizer_runtime_missing  # noqa: E402
 
+from evonnx.toolchain import cpu_runs_v3  # noqa: E402
+
 pytestmark = pytest.mark.compiler
 
 FUZZ_GRAPHS = int(os.environ.get("EVONNX_SANITIZER_FUZZ_GRAPHS", "10"))
@@ -91,9 +93,14 @@ def _sanitized_run(work: Path, original: Path, feeds: list[tuple[str, dict]], bu
     if res is None or res["status"] != "ok":
         return outcome
     lib = builder.library(work / "dump" / "kernels.c", work / "model.opt.asan.so")
-    runs, rc, err, started = run_models(feeds, original, dst, lib, work, child_env(sanitizer_env()),
-                                        arena=False, malloc_inputs=True)
-    judge_runs(exactness(onnx.load(str(original)), exact), runs, rc, err, started, outcome, what="[asan+ubsan] ")
+    # both variants of the CPU kernels, as the check runs them: a serving machine without AVX2 runs the baseline one
+    for variant in ("", "baseline") if cpu_runs_v3() else ("",):
+        env = child_env({**sanitizer_env(), **({"EVONNX_CPU_ISA": variant} if variant else {})})
+        (work / (variant or "picked")).mkdir(exist_ok=True)
+        runs, rc, err, started = run_models(feeds, original, dst, lib, work / (variant or "picked"), env,
+                                            arena=False, malloc_inputs=True)
+        judge_runs(exactness(onnx.load(str(original)), exact), runs, rc, err, started, outcome,
+                   what=f"[asan+ubsan{', ' + variant if variant else ''}] ")
     return outcome
 
 
