@@ -23,10 +23,12 @@ from typing import Any
 
 import onnx
 
+from evonnx.api import library_path, optimize, timing_feeds
 from evonnx.errors import EvonnxError, UsageError, VerificationError
 from evonnx.isolate import CrashError
 from evonnx.measure import MeasureError, compare_models, cpu_model
-from evonnx.model import DOMAIN
+from evonnx.model import DOMAIN, load_model
+from evonnx.verify import check_models
 
 REPORT_VERSION = 1
 OPTIMIZED_SUFFIX = ".opt.onnx"
@@ -95,8 +97,6 @@ def find_models(paths: Sequence[Path]) -> list[Path]:
 
 def optimized_next_to(model: Path) -> Path | None:
     """`X.opt.onnx` beside `X.onnx` with its library, when both exist."""
-    from evonnx.api import library_path
-
     stem = model.name[:-5] if model.name.endswith(".onnx") else model.name
     opt = model.with_name(stem + OPTIMIZED_SUFFIX)
     return opt if opt.is_file() and library_path(opt).is_file() else None
@@ -126,10 +126,6 @@ def _prepare(model: Path, out: Path, opts: Options
              ) -> tuple[Path, Path, dict[str, Any], list[dict[str, int]], float]:
     """The optimized model and library for `model`, its check and the sizes the check ran: taken from beside it,
     or made in `out`. Raises EvonnxError (VerificationError where the check refuses)."""
-    from evonnx.api import library_path, optimize
-    from evonnx.model import load_model
-    from evonnx.verify import check_models
-
     t0 = time.perf_counter()
     given = optimized_next_to(model) if opts.reuse else None
     if given is not None:
@@ -153,9 +149,6 @@ def _prepare(model: Path, out: Path, opts: Options
 def bench_model(model: Path, out: Path, opts: Options, label: str | None = None) -> list[Entry]:
     """`model` optimized (or taken), checked and timed at each of `opts.threads`: one Entry per thread count, or
     one "failed"/"error" Entry when it gets no checked optimized model."""
-    from evonnx.api import timing_feeds
-    from evonnx.model import load_model
-
     name = label or str(model)
     try:
         optimized, library, check, runs, seconds = _prepare(model, out, opts)

@@ -182,14 +182,13 @@ def build_model_library(
     """Compile `kernel_source` (C11, includes "evonnx_abi.h") and link it with the runtime into `out_path`.
 
     `cpu_variants` (default: where this machine runs them, `toolchain.cpu_runs_v3`) builds the task functions for
-    x86-64-v3 as well as for the baseline; False builds the baseline only (`-DEVO_NO_CLONES`).
+    x86-64-v3 as well as for the baseline (prelude.c, EVO_PICK); False builds the baseline only.
 
     A `CSource` of more than `PARALLEL_BUILD_CHARS` characters is compiled as several translation units at
     once, one per core (`build_jobs`); a string is one unit. `model_name` is for messages; `headers` is passed
-    to `runtime_object`. The result needs only libc, libm,
-    libstdc++ and libgcc at run time. On a compiler error raises BuildError with the compiler's first lines
-    and keeps a copy of the failing source in the cache at a path the message names. The build folder in the
-    temp folder and the partial library are removed on every path, Ctrl-C included.
+    to `runtime_object`. The result needs only libc, libm, libstdc++ and libgcc at run time. On a compiler error
+    raises BuildError with the compiler's first lines and keeps a copy of the failing source in the cache at a
+    path the message names. The build folder and the partial library are removed on every path, Ctrl-C included.
 
     With `cuda_source` (from `codegen_cuda.generate_cuda`; then `kernel_source` must end with
     `codegen_cuda.generate_cuda_host` of the same kernels) the kernels are compiled with `-DEVO_WITH_CUDA` and
@@ -212,10 +211,9 @@ def build_model_library(
         sources = [work / (f"kernels{k}.c" if len(units) > 1 else "kernels.c") for k in range(len(units))]
         for path, text in zip(sources, units):
             path.write_text(text)
-        if cpu_variants is None:
-            cpu_variants = cpu_runs_v3()
+        variants = cpu_runs_v3() if cpu_variants is None else cpu_variants
         flags = [*kernel_cflags(cc), *cflags, *(["-DEVO_WITH_CUDA"] if image is not None else []),
-                 *([] if cpu_variants else ["-DEVO_NO_CLONES"]), f"-I{_RUNTIME_DIR}"]
+                 *([] if variants else ["-DEVO_NO_CLONES"]), f"-I{_RUNTIME_DIR}"]
         _run_compilers(
             [([cc, *flags, "-c", str(src), "-o", str(src.with_suffix(".o"))], src) for src in sources],
             f"compiling the kernels of {model_name!r}",
@@ -481,10 +479,8 @@ def _make_cache_folder(folder: Path) -> None:
 
 
 def _partial_name(target: Path) -> Path:
-    """A unique sibling of `target` for the compiler to write, renamed onto `target` when complete.
-
-    Not created here, so the compiler creates it with the usual permissions (mkstemp would make it 0600).
-    """
+    """A unique sibling of `target` for the compiler to write, renamed onto `target` when complete. Not created
+    here, so the compiler creates it with the usual permissions (mkstemp would make it 0600)."""
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
 
 

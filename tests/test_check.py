@@ -479,3 +479,36 @@ def test_an_unknown_cpu_isa_fails_the_session_with_its_name(tmp_path: Path, monk
     sess = ort.InferenceSession(str(tmp_path / "m.opt.onnx"), so, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], 1 / (1 + np.exp(-x.transpose(0, 2, 1))), rtol=1e-6)
+
+
+def test_a_topk_that_orders_near_equal_values_otherwise_is_excused_and_nothing_more() -> None:
+    # RT-DETR: a last-bit difference upstream of its two TopKs swaps two queries whose scores are 1 and 8 ulp
+    # apart, and the boxes gathered by them swap too. The check accepts outputs that are the original's once each
+    # TopK takes the optimized model's choices, where those differ only between near-equal values.
+    from evonnx.verify import CheckResult, _topk_near_ties
+
+    k = numpy_helper.from_array(np.array([6], np.int64), "k")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+         helper.make_node("GatherElements", ["w", "i"], ["y"], axis=1)], "g",
+        [_vi("x", F, [1, 6]), _vi("w", F, [1, 6])], [_vi("v", F, [1, 6]), _vi("i", I64, [1, 6]), _vi("y", F, [1, 6])],
+        [k]), opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.array([[0.5, np.nextafter(np.float32(0.5), np.float32(1)), 0.1, 0.2, 0.3, 0.9]], np.float32)
+    w = np.arange(10, 16, dtype=np.float32)[None]
+    feeds = {"x": x, "w": w}
+
+    def outputs(order: list[int]) -> dict[str, np.ndarray]:
+        i = np.array([order], np.int64)
+        return {"v": np.take_along_axis(x, i, 1), "i": i, "y": np.take_along_axis(w, i, 1)}
+
+    onnxruntime_order = [5, 1, 0, 4, 3, 2]
+    assert (evonnx.verify._run_reference(model, feeds, "")["i"] == onnxruntime_order).all()  # type: ignore[index]
+    result = CheckResult()
+    near = outputs([5, 0, 1, 4, 3, 2])  # the two values 1 ulp apart, the other way round
+    assert _topk_near_ties(model, feeds, {"i": near["i"]}, near, {"i"}, set(), result)
+    assert result.topk_ties == 1
+    far = outputs([5, 4, 0, 1, 3, 2])  # 0.3 before 0.5: no rounding error does that
+    assert not _topk_near_ties(model, feeds, {"i": far["i"]}, far, {"i"}, set(), result)
+    wrong = {**near, "y": near["y"] + 1}  # the choice is excused, a wrong gather is not
+    assert not _topk_near_ties(model, feeds, {"i": near["i"]}, wrong, {"i"}, set(), result)
+    assert result.topk_ties == 1

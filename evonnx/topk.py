@@ -1,0 +1,70 @@
+"""The check's excuse for a TopK that orders near-equal values otherwise (`near_ties`).
+
+A last-bit difference upstream of a TopK can reorder values a rounding error apart: in RT-DETR two sigmoid scores
+8 ulp apart swap rows among its 300 queries, and the boxes gathered by them swap too, which onnxruntime itself
+does with another thread count. No tolerance on the outputs covers that, so the check asks instead whether the
+outputs are the original's once every TopK takes the optimized model's choices, and whether those choices differ
+from onnxruntime's only between values within the float tolerance of each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import onnx
+
+# onnxruntime's outputs of a model by name, or None where it cannot run it: (model, feeds, what it is for)
+Runner = Callable[[onnx.ModelProto, Mapping[str, np.ndarray], str], "dict[str, np.ndarray] | None"]
+
+
+def near_ties(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], chosen: Mapping[str, np.ndarray],
+              run: Runner, matches: Callable[[Mapping[str, np.ndarray]], bool], rtol: Mapping[str, float]) -> bool:
+    """Whether the optimized model's outputs are explained by its TopKs' near-tie choices: `chosen` maps each
+    TopK index output of the original, by name, to the indices the optimized model's TopK chose on `feeds`. Where
+    they differ from onnxruntime's, onnxruntime's own TopK input must rank the two elements within `rtol` (by the
+    input's dtype) of each other; then the original is run with those TopK outputs fed in (the values are
+    onnxruntime's input at the chosen indices), and `matches` judges its outputs against the optimized model's."""
+    tops = [n for n in original.graph.node if n.op_type == "TopK" and n.domain in ("", "ai.onnx")
+            and len(n.output) > 1 and n.output[1] in chosen]
+    if not tops:
+        return False
+    fed: dict[str, np.ndarray] = {}
+    for n in tops:  # in graph order: each TopK's input as it is once the TopKs before it took evonnx's choices
+        values = run(_fed(original, fed, [n.input[0], n.output[1]]), {**feeds, **fed}, "for the inputs of its TopK")
+        if values is None:
+            return False
+        x, mine, theirs = values[n.input[0]], np.asarray(chosen[n.output[1]]), values[n.output[1]]
+        axis = _axis(n, x.ndim)
+        if (x.dtype.kind != "f" or mine.shape != theirs.shape or mine.dtype != theirs.dtype
+                or (mine < 0).any() or (mine >= x.shape[axis]).any()):
+            return False
+        a = np.take_along_axis(x, mine, axis).astype(np.float64)
+        b = np.take_along_axis(x, theirs, axis).astype(np.float64)
+        with np.errstate(all="ignore"):
+            if not (np.abs(a - b) <= rtol.get(str(x.dtype), 1e-3) * np.maximum(np.abs(b), 1e-30)).all():
+                return False
+        fed[n.output[0]], fed[n.output[1]] = np.take_along_axis(x, mine, axis), mine
+    redone = run(_fed(original, fed, []), {**feeds, **fed}, "with evonnx's TopK choices")
+    return redone is not None and matches(redone)
+
+
+def _fed(original: onnx.ModelProto, fed: Mapping[str, np.ndarray], extra: list[str]) -> onnx.ModelProto:
+    """`original` with the tensors `fed` names as graph inputs in place of the nodes that computed them, and
+    `extra` as outputs too."""
+    out = onnx.ModelProto()
+    out.CopyFrom(original)
+    keep = [n for n in out.graph.node if not any(o in fed for o in n.output)]
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    out.graph.input.extend(onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                              list(v.shape)) for k, v in fed.items())
+    known = {o.name for o in out.graph.output}
+    out.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in dict.fromkeys(extra)
+                            if t not in known)
+    return out
+
+
+def _axis(node: onnx.NodeProto, rank: int) -> int:
+    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), -1)
+    return axis + rank if axis < 0 else axis
