@@ -512,3 +512,23 @@ def test_a_topk_that_orders_near_equal_values_otherwise_is_excused_and_nothing_m
     wrong = {**near, "y": near["y"] + 1}  # the choice is excused, a wrong gather is not
     assert not _topk_near_ties(model, feeds, {"i": near["i"]}, wrong, {"i"}, set(), result)
     assert result.topk_ties == 1
+
+
+def test_outputs_of_a_concat_onnxruntime_fills_from_memory_are_undefined() -> None:
+    # onnxruntime skips empty inputs when it checks a Concat's shapes: [2, N, 3] with an empty [2, 1, 0] on axis 2
+    # gives [2, 1, 6] at N = 0, filled from wherever its input pointers lead (fuzz seed 280022). Outputs computed
+    # from it are undefined there, and only there.
+    from evonnx.excuses import from_empty_concat
+    from evonnx.verify import _run_reference
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Concat", ["e", "x", "x"], ["c"], axis=2), helper.make_node("Neg", ["c"], ["y"]),
+         helper.make_node("Neg", ["x"], ["z"])], "g", [_vi("x", F, [2, "N", 3])],
+        [_vi("y", F, [2, None, 6]), _vi("z", F, [2, "N", 3])],
+        [numpy_helper.from_array(np.zeros((2, 1, 0), np.float32), "e")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    empty = {"x": np.zeros((2, 0, 3), np.float32)}
+    assert _run_reference(model, empty, "")["y"].shape == (2, 1, 6)  # type: ignore[index]
+    assert from_empty_concat(model, "y", empty, _run_reference)
+    assert not from_empty_concat(model, "z", empty, _run_reference)
+    assert not from_empty_concat(model, "y", {"x": np.ones((2, 1, 3), np.float32)}, _run_reference)

@@ -1,4 +1,6 @@
-"""The check's excuse for a TopK that orders near-equal values otherwise (`near_ties`).
+"""Excuses of the check that run the original again: a TopK that orders near-equal values otherwise
+(`near_ties`), and outputs computed from a Concat that onnxruntime fills from memory it never wrote
+(`from_empty_concat`). Both take onnxruntime's runs as a function (`Runner`), so that the check owns them.
 
 A last-bit difference upstream of a TopK can reorder values a rounding error apart: in RT-DETR two sigmoid scores
 8 ulp apart swap rows among its 300 queries, and the boxes gathered by them swap too, which onnxruntime itself
@@ -68,3 +70,28 @@ def _fed(original: onnx.ModelProto, fed: Mapping[str, np.ndarray], extra: list[s
 def _axis(node: onnx.NodeProto, rank: int) -> int:
     axis = next((int(a.i) for a in node.attribute if a.name == "axis"), -1)
     return axis + rank if axis < 0 else axis
+
+
+def from_empty_concat(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], run: Runner) -> bool:
+    """Whether onnxruntime's output `name` depends on a Concat whose inputs are all empty but whose output is not:
+    onnxruntime skips empty inputs when it checks their shapes, takes the output's dims from one of them, and
+    fills it with bytes from wherever its input pointers lead ([2, 0, 3] with [2, 1, 0] on axis 2 gives [2, 1, 6]
+    of the first input's dims as int64, or of whatever memory lies there; fuzz seed 280022). Both models compute
+    that garbage in their own memory, so it differs between them."""
+    concats = [n for n in original.graph.node if n.op_type == "Concat" and n.domain in ("", "ai.onnx")]
+    if not concats:
+        return False
+    probe = onnx.ModelProto()
+    probe.CopyFrom(original)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in dict.fromkeys(
+        t for n in concats for t in [*n.input, n.output[0]] if t and t not in known))
+    values = run(probe, feeds, "for the inputs of its Concats")
+    if values is None:
+        return False
+    reached = {n.output[0] for n in concats if values[n.output[0]].size
+               and all(values[t].size == 0 for t in n.input if t)}
+    for n in original.graph.node:  # in graph order: everything computed from such a Concat
+        if reached and any(t in reached for t in n.input):
+            reached.update(n.output)
+    return name in reached
