@@ -46,8 +46,8 @@ class VerificationError(EvonnxError):
 
 class VariantError(VerificationError):
     """Only the x86-64-v3 variant of the CPU kernels differs from onnxruntime; the baseline variant matches on every
-    run. That is a compiler bug in the v3 build (gcc before 12.4 and 13.3 drops the permutation of SLP-vectorised
-    masked loads, its PR 114375), and `optimize` then builds the baseline variant alone."""
+    run. That is a compiler bug in the v3 build (gcc 12.2, as Debian 12 ships it, drops the permutation of
+    SLP-vectorised masked loads, its PR 114375), and `optimize` then builds the baseline variant alone."""
 
 
 def node_label(node: object) -> str:

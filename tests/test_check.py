@@ -433,7 +433,7 @@ def test_the_check_runs_the_baseline_cpu_kernels_too(tmp_path: Path) -> None:
 @needs_v3
 def test_v3_kernels_that_alone_differ_leave_a_library_of_baseline_kernels(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # gcc 12.2 drops the permutation of SLP-vectorised masked loads (its PR 114375, fixed in 12.4 and 13.3) in the
+    # gcc 12.2 drops the permutation of SLP-vectorised masked loads (its PR 114375, fixed in later gcc) in the
     # x86-64-v3 variant alone (fuzz case001376: a Concat of a ScatterND's result with itself). The check then tells
     # the variants apart, and optimize builds the baseline variant alone, checks it again, and says so.
     import evonnx.api
