@@ -12,9 +12,10 @@ lane (`evonnx.references`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -342,7 +343,7 @@ def _closer_than_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mappin
 def _topk_near_ties(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], chosen: Mapping[str, np.ndarray],
                     gots: Mapping[str, np.ndarray], exact_outputs: set[str], signed: set[str],
                     result: CheckResult) -> bool:
-    """`topk.near_ties` with onnxruntime's runs and the check's own comparison; counted in `result.topk_ties`."""
+    """`excuses.near_ties` with onnxruntime's runs and the check's own comparison; counted in `result.topk_ties`."""
     def matches(redone: Mapping[str, np.ndarray]) -> bool:
         try:
             for out in original.graph.output:
@@ -383,6 +384,22 @@ def _same_with_first_nan_rule(original: onnx.ModelProto, feeds: Mapping[str, np.
         return False
     result.nan_lanes += 1
     return True
+
+
+@contextlib.contextmanager
+def _cpu_isa(variant: str) -> Iterator[None]:
+    """EVONNX_CPU_ISA=baseline while a session is created, for the "baseline" variant (the runtime reads it when it
+    creates each kernel; this is evonnx's own worker process); other variants leave the environment alone."""
+    previous = os.environ.get("EVONNX_CPU_ISA")
+    if variant == "baseline":
+        os.environ["EVONNX_CPU_ISA"] = "baseline"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("EVONNX_CPU_ISA", None)
+        else:
+            os.environ["EVONNX_CPU_ISA"] = previous
 
 
 def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exact_outputs: set[str], *,
@@ -436,17 +453,9 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         register_library(so2, library)
         opt_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
         if cpu_variants:
-            # the runtime reads the variable when it creates each kernel (this is evonnx's own worker process)
             doing("loading the optimized model with the baseline CPU kernels")
-            previous = os.environ.get("EVONNX_CPU_ISA")
-            os.environ["EVONNX_CPU_ISA"] = "baseline"
-            try:
+            with _cpu_isa("baseline"):
                 base_sess = ort.InferenceSession(str(optimized), so2, providers=["CPUExecutionProvider"])
-            finally:
-                if previous is None:
-                    del os.environ["EVONNX_CPU_ISA"]
-                else:
-                    os.environ["EVONNX_CPU_ISA"] = previous
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
         # reported once the original runs on some input: where it runs on none (a Squeeze of an axis that is
         # always empty), that is what the user needs to hear, and the optimized model, whose shapes evonnx
@@ -496,21 +505,14 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names)
         so = ort.SessionOptions()
         so.log_severity_level = 4
-        previous = os.environ.get("EVONNX_CPU_ISA")
         try:
             register_library(so, library)
-            if variant == "baseline":
-                os.environ["EVONNX_CPU_ISA"] = "baseline"
             doing("running the optimized model for its TopK choices")
-            sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            with _cpu_isa(variant):
+                sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             return {k: np.asarray(v) for k, v in zip(names, sess.run(names, dict(feeds)))}
         except Exception:  # noqa: BLE001 - no probe, no excuse
             return {}
-        finally:
-            if previous is None:
-                os.environ.pop("EVONNX_CPU_ISA", None)
-            else:
-                os.environ["EVONNX_CPU_ISA"] = previous
 
     def run(feeds: Mapping[str, np.ndarray], label: str) -> bool:
         """Both models on `feeds`; False when the original rejects them."""
