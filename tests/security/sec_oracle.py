@@ -83,22 +83,31 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-_SERVERS = threading.local()  # one fork server (sec_child.py serve) per thread that checks cases
+_SERVERS = threading.local()  # fork servers (sec_child.py serve) per thread that checks cases, one per environment
 
 
 def _server(env: Mapping[str, str]) -> subprocess.Popen | None:
     """This thread's fork server for children run with `env`; None where a fresh process is needed: under a
-    sanitizer (LD_PRELOAD), or with EVONNX_SEC_FORK_SERVER=0."""
+    sanitizer (LD_PRELOAD), or with EVONNX_SEC_FORK_SERVER=0. Servers are kept per environment: the fuzz
+    alternates planners (EVONNX_SEC_PLANNER), and a server restarted at every change would cost each case a
+    Python start-up."""
     if "LD_PRELOAD" in env or os.environ.get("EVONNX_SEC_FORK_SERVER") == "0":
         return None
-    proc = getattr(_SERVERS, "proc", None)
-    if proc is not None and (proc.poll() is not None or _SERVERS.env != dict(env)):
+    servers: dict[tuple[tuple[str, str], ...], subprocess.Popen] = getattr(_SERVERS, "procs", None) or {}
+    _SERVERS.procs = servers
+    key = tuple(sorted(env.items()))
+    proc = servers.get(key)
+    if proc is not None and proc.poll() is not None:
         _stop(proc)
         proc = None
     if proc is None:
+        if len(servers) >= 4:  # environments seen once (a test's own) do not pile up
+            for old in servers.values():
+                _stop(old)
+            servers.clear()
         proc = subprocess.Popen([sys.executable, str(CHILD), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 env=dict(env), cwd=tempfile.gettempdir(), text=True)
-        _SERVERS.proc, _SERVERS.env = proc, dict(env)
+        servers[key] = proc
         _ALL_SERVERS.append(proc)
     return proc
 
@@ -135,7 +144,7 @@ def _run_child(args: Sequence[str], cwd: Path, timeout: float, env: Mapping[str,
             err = err_file.read_text(errors="replace") if err_file.is_file() else ""
             err_file.unlink(missing_ok=True)
             return rc, err
-        _SERVERS.proc = None  # the server itself died (it never should): a fresh child instead
+        _SERVERS.procs.pop(tuple(sorted(env.items())), None)  # the server itself died (it never should): a fresh child
     try:
         p = subprocess.run([sys.executable, str(CHILD), *args], cwd=cwd, env=dict(env), capture_output=True,
                            text=True, errors="replace", timeout=timeout)
