@@ -62,6 +62,9 @@ static inline void evo_transpose8x8(const void *t, void *o) {
     memcpy(o, a, sizeof a);
 }
 
+/* Blocks of 8 along w that one unit of a tiled task runs (task_tile.c): 256 floats, 1 KB per row read. */
+#define EVO_TILE_CHUNK 32
+
 /* Work below this many element-operations runs on the calling thread: handing it to the pool costs more. */
 #define EVO_PAR_MIN 32768
 

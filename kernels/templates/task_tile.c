@@ -10,37 +10,40 @@ $bindings
     int64_t first = (int64_t)task * rg->per;
     int64_t end = first + rg->per < rg->total ? first + rg->per : rg->total;
     const int64_t wblocks = (wext + 7) / 8;
+    const int64_t jblocks = (ext + 7) / 8;
+    const int64_t wchunks = (wblocks + EVO_TILE_CHUNK - 1) / EVO_TILE_CHUNK;
     for (int64_t r = first; r < end; ++r) {
-        int64_t row = r / wblocks;
+        int64_t row = r / wchunks / jblocks;
+        const int64_t jb = r / wchunks % jblocks * 8;
+        const int64_t jn = ext - jb < 8 ? ext - jb : 8;
+        const int64_t wbend = (r % wchunks + 1) * EVO_TILE_CHUNK < wblocks ? (r % wchunks + 1) * EVO_TILE_CHUNK
+                                                                          : wblocks;
 $unravel
-        {
-            const int64_t w0 = r % wblocks * 8;
+        for (int64_t wbk = r % wchunks * EVO_TILE_CHUNK; wbk < wbend; ++wbk) {
+            const int64_t w0 = wbk * 8;
             const int64_t wn = wext - w0 < 8 ? wext - w0 : 8;
 $row_loop
-            for (int64_t jb = 0; jb < ext; jb += 8) {
-                const int64_t jn = ext - jb < 8 ? ext - jb : 8;
-                if (wn == 8 && jn == 8) {
-                    $ctype tile[8][8], rows[8][8];
-                    for (int64_t jj = 0; jj < 8; ++jj) {
-                        for (int64_t ww = 0; ww < 8; ++ww) {
-                            const int64_t w = w0 + ww;
-                            const int64_t j = jb + jj;
-$tile_body
-                        }
-                    }
-                    evo_transpose8x8(tile, rows);
+            if (wn == 8 && jn == 8) {
+                $ctype tile[8][8], rows[8][8];
+                for (int64_t jj = 0; jj < 8; ++jj) {
                     for (int64_t ww = 0; ww < 8; ++ww) {
                         const int64_t w = w0 + ww;
-                        const int64_t j = jb;
-                        memcpy(&out$slot[$pos], rows[ww], sizeof rows[ww]);
+                        const int64_t j = jb + jj;
+$tile_body
                     }
-                } else {
-                    for (int64_t ww = 0; ww < wn; ++ww) {
-                        for (int64_t jj = 0; jj < jn; ++jj) {
-                            const int64_t w = w0 + ww;
-                            const int64_t j = jb + jj;
+                }
+                evo_transpose8x8(tile, rows);
+                for (int64_t ww = 0; ww < 8; ++ww) {
+                    const int64_t w = w0 + ww;
+                    const int64_t j = jb;
+                    memcpy(&out$slot[$pos], rows[ww], sizeof rows[ww]);
+                }
+            } else {
+                for (int64_t ww = 0; ww < wn; ++ww) {
+                    for (int64_t jj = 0; jj < jn; ++jj) {
+                        const int64_t w = w0 + ww;
+                        const int64_t j = jb + jj;
 $body
-                        }
                     }
                 }
             }

@@ -37,9 +37,11 @@ def _nchw_to_nhwc(tmp_path: Path, dtype: int, then: str) -> Path:
     return path
 
 
-# (N, C, H, W): C is the inner loop (stored contiguously), W the tiled outer one (read contiguously)
+# (N, C, H, W): C is the inner loop (stored contiguously), W the tiled outer one (read contiguously). W over 256
+# spans several chunks of a task's unit (EVO_TILE_CHUNK blocks of 8), the last one cut short; the largest are
+# split over the pool at 2 threads.
 SHAPES = [(1, 16, 2, 8), (2, 80, 3, 24), (1, 13, 5, 11), (1, 8, 1, 9), (3, 9, 2, 7), (1, 81, 4, 17), (1, 3, 2, 5),
-          (0, 16, 2, 8)]
+          (0, 16, 2, 8), (1, 24, 3, 700), (2, 17, 1, 520), (1, 8, 2, 256)]
 
 
 @pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.INT32])
