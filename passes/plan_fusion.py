@@ -49,6 +49,15 @@ class _Graph:
                         for i, n in enumerate(self.nodes)]
         self.data_preds: list[list[int]] = [[] for _ in self.nodes]
         self.succ: list[set[int]] = [set() for _ in self.nodes]
+        self.producer = producer
+        self.graph_outputs = {t.name for t in g.outputs}
+        self.readers: dict[str, set[int]] = {}  # tensor -> every node that reads it, subgraph captures included
+        for c, n in enumerate(self.nodes):
+            for t in n.inputs:
+                if t.name:
+                    self.readers.setdefault(t.name, set()).add(c)
+            for name in subgraph_reads(n):
+                self.readers.setdefault(name, set()).add(c)
         for c, n in enumerate(self.nodes):
             value_slots = VALUE_INPUTS.get(n.op, ())
             for k, t in enumerate(n.inputs):
@@ -153,10 +162,53 @@ def _condensed_cycle(gr: _Graph, sets: list[set[int]]) -> set[int] | None:
     return None
 
 
+# Ops whose output is their input's bytes under another shape: onnxruntime runs them as an alias, without a copy.
+VIEW_OPS = frozenset({"Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"})
+
+
+def _without_duplicate_views(gr: _Graph, members: set[int]) -> set[int]:
+    """`members` less the view ops at its tail whose input is materialised anyway: read outside the group (or a
+    graph output), or not computed in it. Kept, such a view makes the kernel write the same values twice, once
+    per shape (an mmdetection head reads a Sigmoid's output and its Flatten: 2x the kernel's time on RetinaNet's
+    80x80 level); left to onnxruntime, it is an alias of the kernel's output. A chain of views at the tail goes
+    whole, from its end."""
+    def escapes(t: str) -> bool:
+        return t in gr.graph_outputs or any(c not in members for c in gr.readers.get(t, ()))
+
+    def materialised(t: str) -> bool:
+        """`t`, followed back through member views each read only by the next, is a kernel input or output."""
+        while True:
+            p = gr.producer.get(t)
+            if p not in members or escapes(t):
+                return True
+            node = gr.nodes[p]
+            if node.op not in VIEW_OPS or len(gr.readers.get(t, ())) != 1 or not node.inputs[0].name:
+                return False
+            t = node.inputs[0].name
+
+    members = set(members)
+    changed = True
+    while changed:
+        changed = False
+        for i in sorted(members):
+            node = gr.nodes[i]
+            if node.op not in VIEW_OPS or not node.inputs or not node.inputs[0].name:
+                continue
+            if any(c in members for t in node.outputs for c in gr.readers.get(t.name, ())):
+                continue  # not at the tail: a member reads its output
+            if any(t.name and gr.producer.get(t.name) in members for t in node.inputs[1:]):
+                continue  # its shape is computed in the group: leaving the view would make that escape instead
+            if materialised(node.inputs[0].name):
+                members.discard(i)
+                changed = True
+    return members
+
+
 def finish_plan(gr: _Graph, an: Analysis, deps: DepInfo, sets: list[set[int]],
                 blocked: dict[int, str]) -> FusionPlan:
     """Name the groups worth keeping and give every other node its reason; shared by both planners."""
-    sets = [set(s) for s in sets if len(s) >= 2]
+    sets = [_without_duplicate_views(gr, set(s)) for s in sets]
+    sets = [s for s in sets if len(s) >= 2]
     while (bad := _condensed_cycle(gr, sets)) is not None:
         sets.remove(bad)  # safety net: dissolve a group on a cycle of groups, then look again
         for i in bad:

@@ -109,3 +109,38 @@ def test_plan_legality_random_graphs(tmp_path_factory: pytest.TempPathFactory, m
     got = evonnx.load_session(out.output).run(None, feeds)
     for r, g_ in zip(ref, got):
         np.testing.assert_allclose(g_, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("planner", ["greedy", "search"])
+def test_a_view_of_a_value_read_outside_is_left_to_onnxruntime(tmp_path_factory: pytest.TempPathFactory,
+                                                               planner: str) -> None:
+    """An mmdetection head: a Sigmoid of a transposed score map is read by a node left to onnxruntime and,
+    through a Flatten, by the graph's output. Fused, the Flatten would make the kernel write the same values twice;
+    it stays with onnxruntime (an alias of the kernel's output), and the result is unchanged."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 10])
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], "transpose", perm=[0, 2, 3, 1]),
+             helper.make_node("Reshape", ["t", "shape"], ["r"], "reshape"),
+             helper.make_node("Sigmoid", ["r"], ["s"], "sigmoid"),
+             helper.make_node("CumSum", ["s", "axis"], ["m"], "cumsum"),
+             helper.make_node("Flatten", ["s"], ["f"], "flatten", axis=2),
+             helper.make_node("Unsqueeze", ["f", "zero"], ["y"], "unsqueeze")]
+    inits = [numpy_helper.from_array(np.array([1, -1, 8], np.int64), "shape"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array(2, np.int64), "axis")]
+    outs = [helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 120, 8]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 120, 8])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outs, inits),
+                              opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    result = run_pipeline(model, planner=planner)
+    ops = {op for grp in result.plan.groups for op in grp.ops}
+    assert "Sigmoid" in ops and "Flatten" not in ops and "Unsqueeze" not in ops, result.plan.groups
+    assert [len(spec.outputs) for spec in result.specs] == [1]
+    tmp = tmp_path_factory.mktemp("views")
+    src = tmp / "m.onnx"
+    onnx.save(model, str(src))
+    evonnx.optimize(src, tmp / "m.opt.onnx", guard=False, planner=planner)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 16, 6, 10)).astype(np.float32)}
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = evonnx.load_session(tmp / "m.opt.onnx").run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
