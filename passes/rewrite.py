@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.index import Poly, Sym
 from evonnx.model import DOMAIN
-from evonnx.passes.analyze import Analysis, node_reads
+from evonnx.passes.analyze import Analysis, computed_whole, node_reads
 from evonnx.records import KernelSpec, kernel_fingerprint
 
 FUSED_OP = "Fused"
@@ -33,6 +33,7 @@ def _dim(d: Poly, an: Analysis) -> int | str | None:
 def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     g = g.copy()
     live = _live_nodes(g)
+    whole = computed_whole(g, an)
     tensors = g.tensors()
     by_name = {n.name: n for n in g.nodes}
     for spec in specs:
@@ -57,10 +58,23 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     # A node onnxruntime runs in the original may fail there (a ScatterND index out of a symbolic axis); when
     # evonnx no longer needs its result (its shape was all that was read, and that is known) it must still run,
     # or the optimized model would return where the original fails. onnxruntime runs nodes nobody reads, so such
-    # nodes stay, their outputs unread (kept through cleanup as temporary graph outputs).
-    # Only nodes evonnx did not lower: a lowered node's failures are size checks that travel with its values.
-    keep = [t for n in g.nodes if n.name in live and n.outputs and n.domain != DOMAIN and n.op not in _CANNOT_FAIL
-            and not isinstance(an.lowered.get(n.name), list) and all(_available(t, g) for t in n.inputs)
+    # nodes stay, their outputs unread (kept through cleanup as temporary graph outputs): the nodes evonnx did
+    # not lower, whose values it no longer computes. A lowered node's failures are size checks that travel with
+    # its values into the kernels that read them, except where no output reads it in the planned graph either:
+    # onnxruntime's folding (`fold_like_onnxruntime`) turns a Shape of a static shape into a constant and keeps,
+    # and runs, the nodes that computed its input (fuzz case 1468: a ScatterND whose updates never fit, read only
+    # through Shape(ReduceMax), failed in onnxruntime at every size). Such nodes stay too, as do kernels with size
+    # checks that nothing reads any more.
+    # And an integer Div or Mod whose divisor may be 0 fails on values that nothing may read (`computed_whole`;
+    # fuzz case 3231: Mod(N, N) read through a Slice that is empty, known at plan time, failed at N = 0), so it
+    # stays too, or the kernel that computes it.
+    checked = {spec.name for spec in specs if spec.checks or any(o.name in whole for o in spec.outputs)}
+    available = _Available(g)
+    keep = [t for n in g.nodes if n.outputs and all(available(t) for t in n.inputs)
+            and ((n.domain != DOMAIN and n.op not in _CANNOT_FAIL
+                  and (n.name not in live or not isinstance(an.lowered.get(n.name), list)
+                       or any(o.name in whole for o in n.outputs)))
+                 or n.name in checked)
             for t in n.outputs if t not in g.outputs]
     g.outputs.extend(keep)
     g.cleanup(remove_unused_graph_inputs=False).toposort()
@@ -72,7 +86,7 @@ _CANNOT_FAIL = ("Constant", "Shape", "Size", "Identity")
 
 
 def _live_nodes(g: gs.Graph) -> set[str]:
-    """Names of the nodes whose results reach a graph output (onnxruntime fails the original in any of them)."""
+    """Names of the nodes whose results reach a graph output."""
     needed = {t.name for t in g.outputs}
     live: set[str] = set()
     for n in reversed(g.nodes):  # in topological order, as ONNX requires
@@ -82,9 +96,33 @@ def _live_nodes(g: gs.Graph) -> set[str]:
     return live
 
 
-def _available(t: gs.Tensor, g: gs.Graph) -> bool:
-    """Whether the rewritten graph still has `t`: an input, a constant, or the output of a node it keeps."""
-    return not t.name or isinstance(t, gs.Constant) or t in g.inputs or bool(t.inputs)
+class _Available:
+    """Whether the rewritten graph can still compute a tensor: an input, a constant, or the output of a node it
+    keeps whose inputs it can compute, all the way up (a node nobody read may read, through a Shape, a tensor
+    that a kernel computes inside and does not export). Memoised per tensor."""
+
+    def __init__(self, g: gs.Graph):
+        self.inputs = {t.name for t in g.inputs}
+        self.memo: dict[str, bool] = {}  # a graph has no cycle: each tensor is decided once its producer's inputs are
+
+    def _known(self, t: gs.Tensor) -> bool | None:
+        if not t.name or isinstance(t, gs.Constant) or t.name in self.inputs:
+            return True
+        return self.memo.get(t.name)
+
+    def __call__(self, t: gs.Tensor) -> bool:
+        stack: list[tuple[gs.Tensor, bool]] = [(t, False)]
+        while stack:  # depth first, producers' inputs before the tensor, without recursion (deep chains)
+            cur, expanded = stack.pop()
+            if self._known(cur) is not None:
+                continue
+            ins = [i for p in cur.inputs for i in p.inputs]
+            if expanded:
+                self.memo[cur.name] = bool(cur.inputs) and all(self._known(i) for i in ins)
+                continue
+            stack.append((cur, True))
+            stack.extend((i, False) for i in ins if self._known(i) is None)
+        return bool(self._known(t))
 
 
 def _fold_known(g: gs.Graph, an: Analysis) -> None:
