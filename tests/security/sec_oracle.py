@@ -83,33 +83,46 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-_SERVERS = threading.local()  # fork servers (sec_child.py serve) per thread that checks cases, one per environment
+_IDLE: dict[tuple[tuple[str, str], ...], list[subprocess.Popen]] = {}  # idle fork servers by environment
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE = 8  # servers kept idle in all: a few environments (the fuzz's two planners) times the jobs
 
 
-def _server(env: Mapping[str, str]) -> subprocess.Popen | None:
-    """This thread's fork server for children run with `env`; None where a fresh process is needed: under a
-    sanitizer (LD_PRELOAD), or with EVONNX_SEC_FORK_SERVER=0. Servers are kept per environment: the fuzz
-    alternates planners (EVONNX_SEC_PLANNER), and a server restarted at every change would cost each case a
-    Python start-up."""
+def _checkout(env: Mapping[str, str]) -> subprocess.Popen | None:
+    """An idle fork server (sec_child.py serve) for children run with `env`, or a new one; None where a fresh
+    process is needed: under a sanitizer (LD_PRELOAD), or with EVONNX_SEC_FORK_SERVER=0. Servers are shared by
+    the threads that check cases and kept per environment: the fuzz alternates planners (EVONNX_SEC_PLANNER), and
+    a server restarted at every change cost each case a Python start-up. Checked out by one thread at a time and
+    handed back (`_checkin`), so there are never more than the cases checked at once need: a server per thread
+    outlived its thread, and a long run's new threads for every chunk piled up hundreds of them."""
     if "LD_PRELOAD" in env or os.environ.get("EVONNX_SEC_FORK_SERVER") == "0":
         return None
-    servers: dict[tuple[tuple[str, str], ...], subprocess.Popen] = getattr(_SERVERS, "procs", None) or {}
-    _SERVERS.procs = servers
     key = tuple(sorted(env.items()))
-    proc = servers.get(key)
-    if proc is not None and proc.poll() is not None:
-        _stop(proc)
-        proc = None
-    if proc is None:
-        if len(servers) >= 4:  # environments seen once (a test's own) do not pile up
-            for old in servers.values():
-                _stop(old)
-            servers.clear()
-        proc = subprocess.Popen([sys.executable, str(CHILD), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                env=dict(env), cwd=tempfile.gettempdir(), text=True)
-        servers[key] = proc
+    with _IDLE_LOCK:
+        idle = _IDLE.get(key, [])
+        while idle:
+            proc = idle.pop()
+            if proc.poll() is None:
+                return proc
+    proc = subprocess.Popen([sys.executable, str(CHILD), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=dict(env), cwd=tempfile.gettempdir(), text=True)
+    with _IDLE_LOCK:
         _ALL_SERVERS.append(proc)
     return proc
+
+
+def _checkin(env: Mapping[str, str], proc: subprocess.Popen) -> None:
+    """Hands `proc` back for the next child with `env`; stops the oldest idle server beyond `_MAX_IDLE`."""
+    surplus: list[subprocess.Popen] = []
+    with _IDLE_LOCK:
+        _IDLE.setdefault(tuple(sorted(env.items())), []).append(proc)
+        while sum(len(v) for v in _IDLE.values()) > _MAX_IDLE:
+            oldest = next(v for v in _IDLE.values() if v)
+            surplus.append(oldest.pop(0))
+        for k in [k for k, v in _IDLE.items() if not v]:
+            del _IDLE[k]
+    for p in surplus:
+        _stop(p)
 
 
 _ALL_SERVERS: list[subprocess.Popen] = []
@@ -129,7 +142,7 @@ atexit.register(lambda: [_stop(p) for p in _ALL_SERVERS])
 
 def _run_child(args: Sequence[str], cwd: Path, timeout: float, env: Mapping[str, str]) -> tuple[int | None, str]:
     """(return code or None on timeout, stderr tail)."""
-    proc = _server(env)
+    proc = _checkout(env)
     if proc is not None and proc.stdin is not None and proc.stdout is not None:
         err_file = cwd / f"child-{args[0]}.stderr"
         try:
@@ -140,11 +153,12 @@ def _run_child(args: Sequence[str], cwd: Path, timeout: float, env: Mapping[str,
         except OSError:
             answer = ""
         if answer:
+            _checkin(env, proc)
             rc = json.loads(answer)["rc"]
             err = err_file.read_text(errors="replace") if err_file.is_file() else ""
             err_file.unlink(missing_ok=True)
             return rc, err
-        _SERVERS.procs.pop(tuple(sorted(env.items())), None)  # the server itself died (it never should): a fresh child
+        _stop(proc)  # the server itself died (it never should): a fresh child instead
     try:
         p = subprocess.run([sys.executable, str(CHILD), *args], cwd=cwd, env=dict(env), capture_output=True,
                            text=True, errors="replace", timeout=timeout)
