@@ -249,9 +249,13 @@ def _positive_axes_where_rewritten(model: onnx.ModelProto) -> None:
     seen_consts = {t.name: onnx.numpy_helper.to_array(t) for t in seen.graph.initializer}
     kept = {(n.op_type, n.output[0], tuple(_written_axes(n, seen_consts) or ())) for n in seen.graph.node
             if n.output and n.op_type in _AXES_OPS}  # (another op's input 1 is no axes: Max(x, inf), fuzz seed 200005)
+    # A twin on the same input with the same axes, which onnxruntime's common-subexpression elimination keeps in
+    # place of this one, is no rewrite: the quirk stays (fuzz case 147, seed 200003: two ReduceMean(x, [-1]))
+    twins = {(n.op_type, n.input[0], tuple(_written_axes(n, seen_consts) or ())) for n in seen.graph.node
+             if n.input and n.op_type in _AXES_OPS}
     for n in negative:
         axes = _written_axes(n, consts) or []
-        if (n.op_type, n.output[0], tuple(axes)) in kept:
+        if (n.op_type, n.output[0], tuple(axes)) in kept or (n.op_type, n.input[0], tuple(axes)) in twins:
             continue
         rank = ranks[n.input[0]]
         positive = [a + rank if a < 0 else a for a in axes]
