@@ -48,11 +48,15 @@ EVO_FN float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
  * Bit-identical to onnxruntime 1.31 (tests/security/test_special_values.py). An fma emulated in double instead
  * (exact product, sum rounded twice) also matched, but ran 10x slower than MLAS on 2.1 M elements (SSE2 doubles
  * in the AVX2 clone too: 13.7 ms against onnxruntime's 1.3 ms; 1.6 ms with the instruction).
- * Sigmoid stays an inexact op for the check. The comparisons keep maxps/minps's NaN rule: a NaN x stays NaN. */
+ * Sigmoid stays an inexact op for the check. A NaN x stays NaN, as through maxps/minps in MLAS. */
 #define EVO_FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
 EVO_FN float evo_sigmoid_f32(float x) {
-    float v = -18.0f > x ? -18.0f : x;
-    v = 18.0f < v ? 18.0f : v;
+    /* x clamped to [-18, 18] as |x| clamped to 18 with x's sign: the same value for every x, -0.0 and NaN
+     * included (NaN stays NaN), and one select where two made gcc 12 merge their masks with the final floor's
+     * into a dozen blend and mask instructions: 1.95 -> 1.50 ms on 4.6 M floats, 8 wide, against MLAS's 1.3 */
+    float t = __builtin_fabsf(x);
+    t = t > 18.0f ? 18.0f : t;
+    const float v = __builtin_copysignf(t, x);
     const float s = v * v;
     float p = EVO_FMAF(s, 4.37031012579801e-11f, 1.15627324459942e-07f);
     p = EVO_FMAF(p, s, 6.08574864600143e-05f);

@@ -213,12 +213,15 @@ def test_scatternd_duplicate_indices_stay_with_onnxruntime() -> None:
 
 def test_sigmoid_is_onnxruntimes_logistic_bit_for_bit(tmp_path: Path) -> None:
     """evo_sigmoid_f32 reproduces MLAS's logistic kernel (kernels/templates/helpers.h): every 97th float bit
-    pattern with |x| in [1e-8, 19], both signs, through Neg -> Sigmoid -> Neg fused, against onnxruntime."""
+    pattern with |x| in [1e-8, 19], both signs, and special values, through Neg -> Sigmoid -> Neg fused, against
+    onnxruntime, bit for bit (NaN included)."""
     import evonnx
     from evonnx.api import load_session
 
     bits = np.arange(np.float32(1e-8).view(np.int32), np.float32(19.0).view(np.int32), 97, dtype=np.int32)
-    x = np.concatenate([bits.view(np.float32), -bits.view(np.float32)])
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-40, -1e-40, 18.0, -18.0, 25.0, -25.0, 3e38,
+                        -3e38], np.float32)  # the clamp at +-18 and its edges, zeros, denormals, NaN
+    x = np.concatenate([bits.view(np.float32), -bits.view(np.float32), special])
     model = make_model([node("Neg", ["x"], ["a"]), node("Sigmoid", ["a"], ["b"]), node("Neg", ["b"], ["y"])],
                        [("x", F, ["N"])], [("y", F, 1)], {})
     src = tmp_path / "m.onnx"
