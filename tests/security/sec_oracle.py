@@ -35,7 +35,7 @@ from sec_payloads import check_source
 
 from evonnx.api import library_path
 from evonnx.references import first_nan_reference
-from evonnx.verify import CheckResult, _undefined_in_onnxruntime, signed_zero_outputs
+from evonnx.verify import CheckResult, _closer_than_onnxruntime, _undefined_in_onnxruntime, signed_zero_outputs
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "sec_child.py"
@@ -425,22 +425,50 @@ def _same_outcome(ref: list[np.ndarray] | None, ref_err: str | None, got: list[n
     return len(ref) == len(got) and all(compare(r, g, e) is None for r, g, e in zip(ref, got, exact))
 
 
+def _model_and_feeds(original_run: dict) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
+    """The original model and the feeds of one of its runs, or None where they are not on disk."""
+    feeds_path = original_run.get("feeds", "")
+    if not feeds_path or not Path(feeds_path).is_file() or not Path(original_run["model"]).is_file():
+        return None
+    names = json.loads(Path(feeds_path + ".names").read_text())
+    with np.load(feeds_path) as z:
+        feeds = {names[k]: z[k] for k in z.files}
+    return onnx.load(original_run["model"]), feeds
+
+
+def _differing(ref: list[np.ndarray], got: list[np.ndarray]) -> list[int]:
+    return [k for k, (r, g) in enumerate(zip(ref, got)) if r.shape != g.shape or r.tobytes() != g.tobytes()]
+
+
 def _from_a_concat_of_empties(original_run: dict, ref: list[np.ndarray], got: list[np.ndarray]) -> bool:
     """Whether every output that differs is computed from a Concat whose inputs are all empty but whose output is
     not, which onnxruntime fills from memory it never wrote (`evonnx.verify._undefined_in_onnxruntime`, the check's
     own excuse; fuzz seed 280022)."""
-    feeds_path = original_run.get("feeds", "")
-    if len(ref) != len(got) or not feeds_path or not Path(feeds_path).is_file() \
-            or not Path(original_run["model"]).is_file():
+    loaded = _model_and_feeds(original_run) if len(ref) == len(got) else None
+    if loaded is None:
         return False
-    model = onnx.load(original_run["model"])
-    names = json.loads(Path(feeds_path + ".names").read_text())
-    with np.load(feeds_path) as z:
-        feeds = {names[k]: z[k] for k in z.files}
-    differing = [k for k, (r, g) in enumerate(zip(ref, got)) if r.shape != g.shape or r.tobytes() != g.tobytes()]
+    model, feeds = loaded
+    differing = _differing(ref, got)
     return bool(differing) and all(
         ref[k].shape == got[k].shape and _undefined_in_onnxruntime(model, model.graph.output[k].name, feeds, ref[k],
                                                                    got[k], CheckResult()) for k in differing)
+
+
+def _closer_to_float64(original_run: dict, ref: list[np.ndarray], got: list[np.ndarray],
+                       exact: Sequence[bool | str]) -> bool:
+    """Whether every output that differs is an inexact float32 one where evonnx's value is at least as close to the
+    original model computed in float64 as onnxruntime's own (`evonnx.verify._closer_than_onnxruntime`, the check's
+    own rule): a float32 sum of 720,000 values near -10,679 in onnxruntime's order is 5e-4 off the float64 sum,
+    beyond the tolerance, where evonnx's double accumulator is 6e-7 off (fuzz case 2655, seed 400061)."""
+    loaded = _model_and_feeds(original_run) if len(ref) == len(got) == len(exact) else None
+    if loaded is None:
+        return False
+    model, feeds = loaded
+    differing = _differing(ref, got)
+    return bool(differing) and all(
+        exact[k] is False and ref[k].shape == got[k].shape and ref[k].dtype == np.float32
+        and _closer_than_onnxruntime(model, model.graph.output[k].name, feeds, ref[k], got[k], CheckResult())
+        for k in differing)
 
 
 def judge_runs(exact: Sequence[bool | str], runs: list[dict], rc: int | None, err: str, started: list[str],
@@ -503,6 +531,10 @@ def judge_runs(exact: Sequence[bool | str], runs: list[dict], rc: int | None, er
                 continue
             if ref is not None and got is not None and _from_a_concat_of_empties(original_run, ref, got):
                 outcome.note += f" at {plan} onnxruntime fills a Concat of empty inputs from memory it never wrote"
+                outcome.runs_compared += 1
+                continue
+            if ref is not None and got is not None and _closer_to_float64(original_run, ref, got, exact):
+                outcome.note += f" at {plan} evonnx is closer than onnxruntime to the model computed in float64"
                 outcome.runs_compared += 1
                 continue
             if ref is None and got is not None and _error_in_dead_node(original_run, ref_err):
