@@ -47,6 +47,8 @@ class Names:
         self.pre: list[str] | None = None
         # reductions already computed for a block of lanes (`lane_reduce`): their per-lane result expressions
         self.lane_results: dict[Expr, str] = {}
+        # how many guarded Where branches enclose the expression being printed (print_expr)
+        self.guarded = 0
 
     def fresh_loop(self) -> str:
         """A C name for one printed reduction loop, never reused (a reduction printed twice gets two)."""
@@ -328,10 +330,16 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         if e.dtype in FLOATS and e.value == 0 and not math.copysign(1.0, float(e.value)) < 0:
             return f"evo_pzero_{SUFFIX[e.dtype]}()"  # not a literal: gcc 12 folds 0 - X wrongly (helpers.h)
         return print_const(e.value, e.dtype)
-    if isinstance(e, Load):
-        return f"in{e.slot}[{print_poly(e.index, names)}]"
-    if isinstance(e, TableLoad):
-        return f"{names.tables[e.table]}[{print_poly(e.index, names)}]"
+    if isinstance(e, (Load, TableLoad)):
+        ref = f"in{e.slot}" if isinstance(e, Load) else names.tables[e.table]
+        if names.guarded and names.index_type is None:
+            # a read that may be out of range where the guard fails (a ScatterND's updates, a Concat's other part):
+            # read through a volatile lvalue, which gcc never speculates, so the loop is not if-converted into
+            # masked loads. gcc 12.2 miscompiles permuted masked loads at -O3 with AVX2 (GCC PR 114375; fuzz case
+            # 5940: a ScatterND of 2 constant rows into [N,4], concatenated with itself, read garbage and
+            # crashed in the x86-64-v3 kernels at N = 100000 on 2 threads).
+            return f"(*(const volatile {CTYPE[e.dtype]} *)&{ref}[{print_poly(e.index, names)}])"
+        return f"{ref}[{print_poly(e.index, names)}]"
     if isinstance(e, IndexVal):
         return print_poly(e.poly, names)
     if isinstance(e, Reduce):
@@ -341,7 +349,9 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         saved = names.pre
         a = [sub(e.args[0])]
         names.pre = None
+        names.guarded += 1
         a += [sub(x) for x in e.args[1:]]
+        names.guarded -= 1
         names.pre = saved
     else:
         a = [sub(x) for x in e.args]
