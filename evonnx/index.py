@@ -138,6 +138,8 @@ class Poly:
 
     @staticmethod
     def _from(acc: Mapping[Monomial, int]) -> Poly:
+        if any(len(m) == 1 and isinstance(m[0], Mod) for m, c in acc.items() if c):
+            acc = _recombined(acc)
         items = [(m, c) for m, c in acc.items() if c]
         items.sort(key=lambda mc: (len(mc[0]), tuple(a.sort_key() for a in mc[0])))
         return Poly(tuple(items))
@@ -240,6 +242,33 @@ class Poly:
 
 
 PolyLike = Poly | int | Atom
+
+
+def _recombined(acc: Mapping[Monomial, int]) -> dict[Monomial, int]:
+    """`acc` with every `c*d*fdiv(x, d) + c*mod(x, d)` replaced by `c*x` (floor division and its remainder put back
+    together): a Reshape of [80, 80] to [6400] read at `j` indexes `80*fdiv(j, 80) + mod(j, 80)`, which is `j`, and
+    only then contiguous along j for the vectoriser and the lane schedule."""
+    out = dict(acc)
+    changed = True
+    while changed:
+        changed = False
+        for m, c in list(out.items()):
+            if not c or len(m) != 1 or not isinstance(m[0], Mod):
+                continue
+            md = m[0]
+            d = md.den.const
+            if d is None or d <= 0:
+                continue
+            div: Monomial = (FloorDiv(md.num, md.den),)
+            if out.get(div, 0) != c * d:
+                continue
+            del out[m]
+            del out[div]
+            for xm, xc in md.num.terms:
+                out[xm] = out.get(xm, 0) + c * xc
+            changed = True
+            break
+    return out
 
 
 def _children(a: Atom) -> tuple[Poly, ...]:
@@ -458,6 +487,10 @@ def _scaled(r: Poly, d: int) -> tuple[int, Poly, Poly] | None:
     return None
 
 
+def _const_term(p: Poly) -> int:
+    return next((c for m, c in p.terms if not m), 0)
+
+
 def floordiv(p: PolyLike, d: PolyLike) -> Poly:
     p, d = Poly.of(p), Poly.of(d)
     if d.const == 1:
@@ -472,6 +505,10 @@ def floordiv(p: PolyLike, d: PolyLike) -> Poly:
     q, r = split
     if r.const is not None and d.const is not None:
         return q + r.const // d.const
+    if d.const is not None and d.const > 0 and (k := _const_term(r)) // d.const and not overflows(r):
+        # the constant's multiple of d comes out: fdiv(6403 + j, 40) = 160 + fdiv(3 + j, 40) (a Concat's later
+        # part read at its own offset). Not where r could overflow int64: that overflow must stay visible.
+        return q + k // d.const + floordiv(r - (k // d.const) * d.const, d)
     if is_nonneg(r) and is_lt(r, d):
         return q
     if d.const is not None and (sc := _scaled(r, d.const)) is not None:
@@ -495,6 +532,8 @@ def mod(p: PolyLike, d: PolyLike) -> Poly:
     r = p if split is None else split[1]
     if r.const is not None and d.const is not None:
         return Poly.of(r.const % d.const)
+    if d.const is not None and d.const > 0 and (k := _const_term(r)) // d.const and not overflows(r):
+        return mod(r - (k // d.const) * d.const, d)  # mod(6403 + j, 40) = mod(3 + j, 40); see floordiv
     if is_nonneg(r) and is_lt(r, d):
         return r
     if d.const is not None and (sc := _scaled(r, d.const)) is not None:

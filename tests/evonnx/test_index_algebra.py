@@ -222,6 +222,27 @@ def test_index_flat_index_over_a_multiple_of_its_stride_lands_on_the_loop_variab
     assert _opaque(floordiv(80 * o + k, 720))
 
 
+def test_index_concat_part_read_through_a_reshape_lands_on_the_loop_variable() -> None:
+    # mmyolo's YOLOv8 head: a DFL map [64, 40, 40] flattened to [64, 1600] and concatenated after 6400 anchors of
+    # the level before, read at anchor 6403 + j: row (6403 + j - 6400) div 40, column mod 40. A floor division
+    # gives up the constant's multiple of its divisor, and d*fdiv(x, d) + mod(x, d) is x again: the read is 3 + j,
+    # contiguous along j (it was a division and a remainder per element, and no lane schedule)
+    j = var("j", 1594)
+    x = 6403 + j
+    assert floordiv(x, 40) == 160 + floordiv(3 + j, 40)
+    assert mod(x, 40) == mod(3 + j, 40)
+    assert 40 * mod(floordiv(x, 40), 40) + mod(x, 40) == 3 + j
+    assert 80 * floordiv(x, 80) + mod(x, 80) == x
+    assert 2 * (80 * floordiv(x, 80)) + 2 * mod(x, 80) + 1 == 2 * x + 1
+    for jv in (0, 1, 36, 37, 1593):
+        for d in (40, 80, 6400, 7):
+            for c in (6403, -5, -6403, 0):
+                assert evaluate(floordiv(c + j, d), {"j": jv}) == (c + jv) // d
+                assert evaluate(mod(c + j, d), {"j": jv}) == (c + jv) % d
+    # not recombined unless the coefficients match
+    assert _opaque(80 * floordiv(x, 80) + 2 * mod(x, 80)) == {FloorDiv, Mod}
+
+
 def test_index_symbolic_extent_divides_out() -> None:
     c, q = var("c", N), var("q", 4)
     assert floordiv(N * q + c, N) == q
