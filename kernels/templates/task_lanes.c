@@ -15,7 +15,14 @@ $bindings
 $unravel
         const int64_t l0 = r % lblocks * 8;
         const int64_t ln = lext - l0 < 8 ? lext - l0 : 8;
+        if (ln == 8) {
+            /* a whole block: every lane loop has the constant trip count 8, one vector each, with no loop
+             * overhead (each reduction step of a block is one such loop) */
+            const int64_t ln = 8;
 $unit
+        } else {
+$unit
+        }
     }
     (void)ext;
     if (evo_zero) __atomic_store_n((int *)&c->zero_div, 1, __ATOMIC_RELAXED);
