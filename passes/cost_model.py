@@ -97,29 +97,45 @@ def _numel(shape: tuple[Poly, ...] | None, env: Mapping[str, int]) -> float:
 
 
 def _op_counts(e: E.Expr, env: Mapping[str, int], inner: object = None) -> Ops:
-    """(simple, special, reduction steps) per element of `e`. A reduction that does not depend on the innermost
-    loop variable `inner` is computed once per row (code generation hoists it), so it is amortised over the row."""
+    """(simple, special, reduction steps) per element of `e`, as code generation computes it: each distinct
+    subexpression once (common subexpressions), inside a reduction as often as the reduction's extent only where it
+    depends on that reduction's variable (code generation hoists the rest before the reduction's loop: a Softmax's
+    row sum inside a MatMul's sum is computed once per element, not once per step). A reduction that does not
+    depend on the innermost loop variable `inner` is computed once per row, so it is amortised over the row."""
     simple = special = steps = 0.0
     row = 1.0
     if isinstance(inner, Var):
         row = max(float(evaluate(inner.extent, env)), 1.0)
     fv: dict[E.Expr, frozenset[Atom]] = {}
-    for x in E.walk(e):
+    seen: set[E.Expr] = set()
+    # (subexpression, the reductions enclosing it as (variable, extent), weight of its whole subtree)
+    stack: list[tuple[E.Expr, tuple[tuple[Atom, float], ...], float]] = [(e, (), 1.0)]
+    while stack:
+        x, enclosing, base = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        free = E.free_vars(x, fv)
+        weight = base
+        for atom, ext in enclosing:
+            if atom in free:
+                weight *= ext
         if isinstance(x, E.Op):
-            if x.attr == "guard" or all(isinstance(a, (E.IndexVal, E.Const)) for a in x.args):
-                continue  # index selects and comparisons: code generation splits loops instead
-            if x.op in SPECIAL:
-                special += 1
-            elif x.op not in ("cast",):
-                simple += 1
+            if not (x.attr == "guard" or all(isinstance(a, (E.IndexVal, E.Const)) for a in x.args)):
+                # (index selects and comparisons are not counted: code generation splits loops instead)
+                if x.op in SPECIAL:
+                    special += weight
+                elif x.op not in ("cast",):
+                    simple += weight
+            stack.extend((a, enclosing, base) for a in x.args)
         elif isinstance(x, E.Reduce):
             a = x.var.atom()
             ext = float(evaluate(a.extent, env)) if isinstance(a, Var) else 1.0
-            bs, bsp, bst = _op_counts(x.body, env)
-            per_row = 1.0 / row if inner is not None and inner not in E.free_vars(x, fv) else 1.0
-            simple += ext * bs * per_row
-            special += ext * bsp * per_row
-            steps += ext * (bst + 1) * per_row
+            if not enclosing and inner is not None and inner not in free:
+                weight /= row  # and all it computes
+                base /= row
+            steps += ext * weight
+            stack.append((x.body, (*enclosing, (a, ext)) if a is not None else enclosing, base))
     return simple, special, steps
 
 
