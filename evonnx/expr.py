@@ -166,7 +166,8 @@ class Op(_Shared):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Reduce(_Shared):
-    """`op` of `body` over the loop variable `var` (bound here): sum, prod, max, min, argmax, argmin."""
+    """`op` of `body` over the loop variable `var` (bound here): sum, prod, max, min, argmax, argmin, or dot (a
+    sum of the products `body` is, as one fma chain: MatMul)."""
 
     op: str
     var: Poly  # a Var atom
@@ -202,8 +203,10 @@ EXACT_OPS = ARITH - {"pow"} | COMPARE | LOGIC | UNARY_EXACT | {"where", "cast", 
 def is_exact(e: Expr) -> bool:
     """True when every operation of `e` rounds exactly as onnxruntime does (IEEE basic arithmetic)."""
     for x in walk(e):
-        if isinstance(x, Reduce) and x.op in ("sum", "prod") and x.dtype in FLOATS:
-            return False  # onnxruntime sums floats in its own (vectorised) order; max/min/argmax are exact
+        if isinstance(x, Reduce) and x.op in ("sum", "prod", "dot") and x.dtype in FLOATS:
+            # onnxruntime sums floats in its own (vectorised) order, and a MatMul's fma chain is MLAS's on an FMA
+            # machine only; max/min/argmax are exact
+            return False
         if isinstance(x, Op) and (x.op not in EXACT_OPS or (x.op == "mod" and x.dtype in FLOATS)):
             return False
     return True

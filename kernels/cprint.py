@@ -130,7 +130,7 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     outer = names.pre
     inner: list[str] | None = [] if outer is not None else None
     names.pre = inner  # what the body's own reductions compute goes inside this loop
-    body = sub(e.body)
+    body = _dot_factors(e, sub) if e.op == "dot" else sub(e.body)
     names.pre = outer
     lines, result = _reduce_code(e, r, ext, body, inner or [], simd=names.index_type is None)
     if outer is not None:
@@ -139,6 +139,16 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     if names.index_type is not None:  # CUDA is C++: a lambda called in place, which NVRTC compiles too
         return f"([&]() {{ {' '.join(lines)} return {result}; }}())"
     return f"__extension__ ({{ {' '.join(lines)} {result}; }})"
+
+
+def _dot_factors(e: Reduce, sub: Callable[[Expr], str]) -> str:
+    """The two factors of a dot reduction's body (a product), as the first two arguments of fma."""
+    assert isinstance(e.body, Op) and e.body.op == "mul", "a dot reduction sums products"
+    return f"{sub(e.body.args[0])}, {sub(e.body.args[1])}"
+
+
+def _fma(dtype: str) -> str:
+    return "fmaf" if dtype == "float32" else "fma"
 
 
 def _loop(head: str, statements: Sequence[str]) -> list[str]:
@@ -192,6 +202,11 @@ def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], s
         return ([init, f"int {r}_nan0 = 0;", f'_Pragma("omp simd reduction({e.op}:{r}_acc) reduction(|:{r}_nan0)")',
                  *_loop(loop, [*value, step, f"{r}_nan0 |= ({r} == 0) & ({r}_v != {r}_v);"])],
                 f"({r}_nan0 ? ({t})NAN : {r}_acc)")
+    if e.op == "dot":
+        # onnxruntime's MatMul (MLAS on an FMA machine): one fused multiply-add per step, in order, from +0 (so a
+        # zero product gives +0). No reassociation (no simd pragma). +0 not as a literal (helpers.h, evo_pzero).
+        return ([f"{t} {r}_acc = evo_pzero_{SUFFIX[e.dtype]}();",
+                 *_loop(loop, [*inner, f"{r}_acc = {_fma(e.dtype)}({body}, {r}_acc);"])], f"{r}_acc")
     if e.op in _IDENTITY:
         op = "+" if e.op == "sum" else "*"
         acc_t = _sum_type(e, t)  # the CUDA kernels too: one thread sums a row in order, as exact as the CPU's
@@ -236,7 +251,7 @@ def lane_reduce(e: Reduce, names: Names, bind: str, lanes: int) -> list[str]:
     def inline(x: Expr) -> str:
         return print_expr(x, names, inline)
 
-    body = inline(e.body)
+    body = _dot_factors(e, inline) if e.op == "dot" else inline(e.body)
     names.pre = saved
     t = CTYPE[e.body.dtype]
     floating = e.body.dtype in FLOATS
@@ -251,7 +266,11 @@ def lane_reduce(e: Reduce, names: Names, bind: str, lanes: int) -> list[str]:
 
     value = f"const {t} {r}_v = {body};"
     loop = f"for (int64_t {r} = 0; {r} < {ext}; ++{r})"
-    if e.op in _IDENTITY:
+    if e.op == "dot":  # as _reduce_code: one fma per step and lane, in order
+        lines = [*init([(t, f"{r}_acc", f"evo_pzero_{SUFFIX[e.dtype]}()")]),
+                 *_loop(loop, per_lane([f"{r}_acc[ll] = {_fma(e.dtype)}({body}, {r}_acc[ll]);"]))]
+        result = f"{r}_acc[ll]"
+    elif e.op in _IDENTITY:
         op = "+" if e.op == "sum" else "*"
         acc_t = _sum_type(e, t)
         lines = [*init([(acc_t, f"{r}_acc", print_const(_IDENTITY[e.op], e.dtype))]),

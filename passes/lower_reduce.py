@@ -230,6 +230,38 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
 
 MAX_SOFTMAX_AXIS = 8  # see _softmax
 
+# MatMul by a small right-hand matrix [K, N] (a detection head's DFL projection: [16, 1]). Each output element is
+# its own chain of K fused multiply-adds, so a large K or N belongs in onnxruntime's GEMM.
+MAX_MATMUL_K = 32
+MAX_MATMUL_N = 4
+
+
+def _matmul(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+    """MatMul (numpy.matmul) of A[..., M, K] by a right-hand matrix B[K, N] of small constant sizes: out[..., m, n]
+    is the chain acc = fma(A[..., m, k], B[k, n], acc) over k in order from +0, which is how onnxruntime's MLAS GEMM
+    computes it on a machine with FMA (bit for bit, measured for K 2..32, N 1..4, float32), overflow to inf and
+    NaN included. Still checked with a tolerance (E.is_exact): without FMA, MLAS multiplies and adds."""
+    a, b = args[0], args[1]
+    if a is None or b is None:
+        raise Reject(f"{op} without both operands")
+    if b.dtype != a.dtype:
+        raise Reject(f"{op} of {a.dtype} by {b.dtype}")
+    if a.rank < 2 or b.rank != 2:
+        raise Reject(f"{op} of rank {a.rank} by rank {b.rank}: only A[..., M, K] by a matrix B[K, N] is fused")
+    k, n = b.shape[0].const, b.shape[1].const
+    if k is None or n is None or not 2 <= k <= MAX_MATMUL_K or not 1 <= n <= MAX_MATMUL_N:
+        raise Reject(f"{op} by a matrix of {b.shape[0]} x {b.shape[1]}: only 2..{MAX_MATMUL_K} x 1..{MAX_MATMUL_N} "
+                     "is fused (outer products and larger ones are onnxruntime's GEMM's)")
+    if a.shape[-1].const != k:
+        raise Reject(f"{op}: A's last axis {a.shape[-1]} is not B's first ({k})")
+    shape = (*a.shape[:-1], Poly.of(n))
+
+    def fn(idx: tuple[Poly, ...]) -> Expr:
+        v = L.fresh_var(Poly.of(k))
+        return E.Reduce("dot", v, E.binary("mul", a.fn((*idx[:-1], v)), b.fn((v, idx[-1]))), a.dtype)
+
+    return [Lazy(a.dtype, shape, fn)]
+
 
 _RED = MapKind.REDUCTION
 DEFS = [
@@ -239,4 +271,5 @@ DEFS = [
         ("ReduceLogSum", "logsum"), ("ReduceLogSumExp", "logsumexp"))),
     OpDef("ArgMax", _arg_extreme("argmax"), _RED), OpDef("ArgMin", _arg_extreme("argmin"), _RED),
     OpDef("Softmax", _softmax(False), _RED), OpDef("LogSoftmax", _softmax(True), _RED),
+    OpDef("MatMul", _matmul, _RED, dtypes=("float32", "float64")),
 ]

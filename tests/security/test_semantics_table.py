@@ -175,6 +175,26 @@ def _softmax(dt: str) -> tuple[onnx.ModelProto, bool] | None:
     return make_model(nodes, [("x0", DT[dt], [3, len(GRID[dt]), 8])], outs, {}), False
 
 
+def _matmul(dt: str) -> tuple[onnx.ModelProto, bool] | None:
+    # MatMul by a small right-hand matrix (a DFL projection is [16, 1]; up to 32 x 4 is fused): the grid's special
+    # values on the left against constant weights of mixed signs, as a column, a matrix, and two rows (K = 2)
+    if dt not in ("float32", "float64") or not _runs([node("MatMul", ["x0", "w"], ["r"])],
+                                                     [("x0", DT[dt], [2, 3])], [("r", DT[dt], 2)],
+                                                     {"w": np.ones((3, 1), dt)}):
+        return None
+    g = len(GRID[dt])
+    inits = {"w_col": np.linspace(-2.0, 3.0, g).astype(dt).reshape(g, 1),
+             "w_mat": np.arange(g * 3, dtype=dt).reshape(g, 3) - g,
+             "w_two": np.array([[0.5, -1.5, 2.0], [-0.25, 3.0, 1.0]], dt)}
+    nodes: list[onnx.NodeProto] = []
+    outs: list[tuple[str, int, int]] = []
+    for tag, w, src in (("col", "w_col", "x0"), ("mat", "w_mat", "x0"), ("two", "w_two", "x1")):
+        nodes += [_helper("Neg", [src], [f"n_{tag}"]), node("MatMul", [f"n_{tag}", w], [f"m_{tag}"]),
+                  _helper("Neg", [f"m_{tag}"], [f"r_{tag}"])]
+        outs.append((f"r_{tag}", DT[dt], 3))
+    return make_model(nodes, [("x0", DT[dt], [3, "N", g]), ("x1", DT[dt], ["N", g, 2])], outs, inits), False
+
+
 def _where_clip(dt: str) -> tuple[onnx.ModelProto, bool] | None:
     g = len(GRID[dt])
     nodes, outs = [], []
@@ -276,7 +296,7 @@ def _generators(dt: str) -> tuple[onnx.ModelProto, bool] | None:
 FAMILIES = {
     "elementwise": lambda dt: _elementwise(dt, True), "elementwise-inexact": lambda dt: _elementwise(dt, False),
     "cast": _casts, "reduce": lambda dt: _reductions(dt, True), "reduce-inexact": lambda dt: _reductions(dt, False),
-    "softmax": _softmax, "where-clip": _where_clip, "views": _views, "scatters": _scatters,
+    "softmax": _softmax, "matmul": _matmul, "where-clip": _where_clip, "views": _views, "scatters": _scatters,
     "generators": _generators,
 }
 # only the (type, family) pairs with an op onnxruntime runs: nothing to compare otherwise
