@@ -239,6 +239,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
     result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave)
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
+    _declare_as_written(as_written, out_model)
     out_model.ir_version = original.ir_version
     del out_model.opset_import[:]
     out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
@@ -371,6 +372,41 @@ def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library
         except MeasureError as e:
             errors.append(str(e))
     raise MeasureError(f"no input set runs on the original ({errors[-1][:160] if errors else 'none'})")
+
+
+def _declare_as_written(as_written: onnx.ModelProto, out_model: onnx.ModelProto) -> None:
+    """Declares no more shape than onnxruntime knows when it loads the original: the graph outputs as written, no
+    value_info but the original's, and of a kernel output only the dims that shape inference of the original as
+    written knows, and knows to be what the kernel gives. The pipeline plans on the graph after onnxruntime's
+    constant folding, and onnxruntime infers shapes at load time, before folding: a dim the original could not
+    know there could contradict a node it runs anyway (fuzz case 3160: a kernel output [2, 1] concatenated with
+    a constant [2, 0], inputs that disagree off the Concat's axis; shape inference believes the Slice that the
+    kernel computes gives [2, 0], onnxruntime's Slice gives [2, 1], and the original loads and runs. Declared
+    [2, 1], onnxruntime refused to load the optimized model)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(as_written, strict_mode=False, data_prop=False)
+    except (onnx.shape_inference.InferenceError, ValueError):
+        inferred = as_written
+    written = {v.name: v for v in (*as_written.graph.value_info, *as_written.graph.output)}
+    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}  # what it believes at load
+    for o in out_model.graph.output:
+        if o.name in written:
+            o.type.CopyFrom(written[o.name].type)
+    kernel_outputs = {t for n in out_model.graph.node if n.domain == DOMAIN for t in n.output}
+    keep = []
+    for v in out_model.graph.value_info:
+        if v.name in kernel_outputs:
+            ref = known.get(v.name)
+            ref_dims = list(ref.type.tensor_type.shape.dim) if ref is not None and ref.type.tensor_type.HasField(
+                "shape") else []
+            for k, d in enumerate(v.type.tensor_type.shape.dim):
+                if k >= len(ref_dims) or d.SerializeToString() != ref_dims[k].SerializeToString():
+                    d.Clear()  # rank kept, the dim unknown: onnxruntime did not know it, or believed another
+            keep.append(v)
+        elif v.name in written:
+            keep.append(written[v.name])
+    del out_model.graph.value_info[:]
+    out_model.graph.value_info.extend(keep)
 
 
 def _restore_defaults(original: onnx.ModelProto, out_model: onnx.ModelProto) -> None:
