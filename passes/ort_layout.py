@@ -112,13 +112,18 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
             feeds_blocked.add(n.name)
             leave[n.name] = (f"a {n.op} between convolutions, which onnxruntime runs in its "
                              f"blocked layout (a kernel there costs a layout reorder on each side)")
-    for n in graph.nodes:
-        if n.op == "Transpose" or (n.op == "Mul" and any(_is_const(t) for t in n.inputs)):
+    # Transposes first: a scalar Mul feeding a MatMul through a Transpose is folded as well (onnxruntime's
+    # transpose optimizer moves the Transpose ahead of the Mul; the ONNX FlexAttention function's K * scale)
+    folded_into_matmul: set[str] = set()
+    outputs = {o.name for o in graph.outputs}
+    for op in ("Transpose", "Mul"):
+        for n in graph.nodes:
+            if n.op != op or (op == "Mul" and not (any(_is_const(t) for t in n.inputs) and _scalar_const(n))):
+                continue
             consumers = [c for t in n.outputs for c in t.outputs]
-            if consumers and all(c.op in MATMULS for c in consumers) and not any(t.name in {
-                    o.name for o in graph.outputs} for t in n.outputs):
-                if n.op == "Mul" and not _scalar_const(n):
-                    continue
+            if consumers and all(c.op in MATMULS or c.name in folded_into_matmul for c in consumers) and not any(
+                    t.name in outputs for t in n.outputs):
+                folded_into_matmul.add(n.name)
                 leave.setdefault(n.name, f"a {n.op} that onnxruntime folds into the MatMul "
                                          f"it feeds (FusedMatMul)")
     return leave
