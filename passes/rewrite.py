@@ -32,7 +32,6 @@ def _dim(d: Poly, an: Analysis) -> int | str | None:
 
 def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     g = g.copy()
-    live = _live_nodes(g)
     whole = computed_whole(g, an)
     tensors = g.tensors()
     by_name = {n.name: n for n in g.nodes}
@@ -55,6 +54,10 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
         g.nodes.append(gs.Node(op=FUSED_OP, name=spec.name, domain=DOMAIN, attrs=attrs,
                                inputs=[tensors[i.name] for i in spec.inputs], outputs=outs))
     _fold_known(g, an)
+    # live in the rewritten graph: after the folding too, which may leave a node left to onnxruntime unread (fuzz
+    # case 5155: Sub(x[N, 3], y[M, 3]) read only through Shape(start=-1), folded to [3]; onnxruntime still runs the
+    # Sub and fails where N and M do not broadcast)
+    live = _live_nodes(g)
     # A node onnxruntime runs in the original may fail there (a ScatterND index out of a symbolic axis); when
     # evonnx no longer needs its result (its shape was all that was read, and that is known) it must still run,
     # or the optimized model would return where the original fails. onnxruntime runs nodes nobody reads, so such
