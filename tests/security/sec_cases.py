@@ -29,7 +29,7 @@ SLICE_STARTS = (0, 1, -1, 2, -2, -3, 5, 100, I64_MAX, I64_MIN, -I64_MAX, -100)
 SLICE_ENDS = (I64_MAX, -1, 1, 2, 3, 0, -100, I64_MIN, 100, -I64_MAX, -2)
 SLICE_STEPS = (1, 1, 2, -1, -2, 3, I64_MIN, I64_MAX, -I64_MAX, -3)
 # Exact in IEEE arithmetic as onnxruntime and evonnx compute them: results must match bit for bit.
-INEXACT_OPS = {"Exp", "Sigmoid", "ReduceSum", "ReduceMean"}
+INEXACT_OPS = {"Exp", "Sigmoid", "ReduceSum", "ReduceMean", "MatMul"}
 
 Dim = int | str  # an int, a symbol (an input's dim_param) or "?k", a size known only at run time
 

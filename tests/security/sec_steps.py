@@ -9,6 +9,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 from sec_cases import (
+    FLOAT_VALUES,
     I32_MAX,
     I32_MIN,
     I64_MAX,
@@ -293,6 +294,21 @@ class ViewSteps:
         else:
             (y,) = self.node(op, [x.name], keepdims=keep)
         self.add(y, x.dtype, shape)
+        return True
+
+    def step_matmul(self) -> bool:
+        # MatMul by a constant matrix [K, N]: the small ones (K 2..32, N 1..4) fuse as an fma chain, the others
+        # (K = 1, N = 5, K = 33) stay with onnxruntime; special values on both sides
+        x = self.pick(lambda t: t.dtype == "float32" and t.rank >= 1 and isinstance(t.shape[-1], int)
+                      and 1 <= t.shape[-1] <= 33 and self.small(t), "matmul x")
+        if x is None:
+            return False
+        k = int(x.shape[-1])
+        n = self.draw(st.sampled_from([1, 1, 2, 4, 5]))
+        w = np.array(self.draw(st.lists(st.sampled_from(FLOAT_VALUES[:6] + (2.5, -0.25) + FLOAT_VALUES[6:]),
+                                        min_size=k * n, max_size=k * n)), np.float32).reshape(k, n)
+        (y,) = self.node("MatMul", [x.name, self.const(w)])
+        self.add(y, "float32", (*x.shape[:-1], n) if x.rank >= 2 else (n,))
         return True
 
     def step_range(self) -> bool:
