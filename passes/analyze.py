@@ -25,6 +25,7 @@ from evonnx.isolate import doing, isolated
 from evonnx.model import REVIEWED_OPSET, ir_version_for
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
+from evonnx.passes.lower_common import may_hold_zero
 from evonnx.passes.lower_ops import LOWER, Derived, Known, lower_node
 from evonnx.records import SizeCheck
 
@@ -212,8 +213,7 @@ def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
         if res is None or res.dtype not in E.INTS:
             continue
         divisor = an.tensors.get(n.inputs[1].name)
-        arr = divisor.known.array() if divisor is not None and divisor.known is not None else None
-        if arr is None or not np.all(arr != 0):
+        if may_hold_zero(divisor.known if divisor is not None else None):
             out.add(n.outputs[0].name)
     return out
 

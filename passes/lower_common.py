@@ -77,6 +77,13 @@ class Derived:
 Value = Known | Derived
 
 
+def may_hold_zero(val: Value | None) -> bool:
+    """Whether a tensor whose plan-time value is `val` (None: unknown) may hold a 0: an integer divisor that
+    onnxruntime checks at every element (lower_math._whole_divisor, analyze.computed_whole)."""
+    arr = val.array() if val is not None else None
+    return arr is None or not bool(np.all(arr != 0))
+
+
 def ints(val: Value | None, what: str) -> list[Poly]:
     ps = val.polys() if val is not None else None
     if ps is None:

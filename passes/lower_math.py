@@ -10,7 +10,7 @@ from evonnx import expr as E
 from evonnx.expr import FROM_ONNX_CODE, Expr
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
-from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals
+from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals, Value, may_hold_zero
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq", "Less": "lt",
            "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge", "And": "and", "Or": "or", "Xor": "xor"}
@@ -24,16 +24,13 @@ _FLOAT_ONLY = {"floor", "ceil", "round", "sqrt", "reciprocal", "exp", "log", "si
 
 
 
-def _whole_divisor(op: str, out: Lazy, divisor: Lazy, val: object) -> Lazy:
+def _whole_divisor(op: str, out: Lazy, divisor: Lazy, val: Value | None) -> Lazy:
     """`out`, an integer Div or Mod, once sure that it meets every element of a divisor that may hold 0.
     onnxruntime fails the Run on a zero anywhere in the divisor tensor, even where the result is empty (x[0, 4] /
     d[4]; fuzz case 1109, seed 300025); a kernel checks the divisors of the elements it computes, all of them for
     such a result (`analyze.computed_whole`), so the divisor must have the result's shape, or the node stays with
     onnxruntime."""
-    if out.dtype in E.FLOATS:
-        return out
-    arr = val.array() if val is not None else None  # type: ignore[attr-defined]
-    if arr is not None and np.all(arr != 0):
+    if out.dtype in E.FLOATS or not may_hold_zero(val):
         return out
     if divisor.rank != out.rank or any(d != o for d, o in zip(divisor.shape, out.shape)):
         raise Reject(f"integer {op} broadcasting a divisor that may hold 0 (onnxruntime checks every divisor "

@@ -18,7 +18,7 @@ import onnx_graphsurgeon as gs
 from evonnx.passes.analyze import Analysis, subgraph_reads
 from evonnx.passes.dependences import DepInfo, copies_removed
 from evonnx.passes.lazy import Reject
-from evonnx.passes.lower_ops import FREE_OPS, REDUCTIONS, VALUE_INPUTS
+from evonnx.passes.lower_ops import FREE_OPS, REDUCTIONS, SHAPE_ONLY_OPS, VALUE_INPUTS
 from evonnx.records import FusionGroup, FusionPlan, Rejection
 
 MAX_GROUP = 256
@@ -162,8 +162,9 @@ def _condensed_cycle(gr: _Graph, sets: list[set[int]]) -> set[int] | None:
     return None
 
 
-# Ops whose output is their input's bytes under another shape: onnxruntime runs them as an alias, without a copy.
-VIEW_OPS = frozenset({"Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"})
+# Ops whose output is their input's bytes under another shape: onnxruntime runs them as an alias, without a copy
+# (the free ops less Shape and Size, which read only the shape and output something else).
+VIEW_OPS = FREE_OPS - SHAPE_ONLY_OPS
 
 
 def _without_duplicate_views(gr: _Graph, members: set[int]) -> set[int]:

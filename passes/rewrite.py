@@ -73,11 +73,19 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     # stays too, or the kernel that computes it.
     checked = {spec.name for spec in specs if spec.checks or any(o.name in whole for o in spec.outputs)}
     available = _Available(g)
-    keep = [t for n in g.nodes if n.outputs and all(available(t) for t in n.inputs)
-            and ((n.domain != DOMAIN and n.op not in _CANNOT_FAIL
-                  and (n.name not in live or not isinstance(an.lowered.get(n.name), list)
-                       or any(o.name in whole for o in n.outputs)))
-                 or n.name in checked)
+
+    def must_still_run(n: gs.Node) -> bool:
+        """Whether `n` stays though nothing may read it: a kernel with checks or a whole-computed output, or a node
+        left to onnxruntime that can fail and that is not lowered, or is unread, or computes a whole-computed
+        output (above)."""
+        if n.name in checked:
+            return True
+        if n.domain == DOMAIN or n.op in _CANNOT_FAIL:
+            return False
+        return (n.name not in live or not isinstance(an.lowered.get(n.name), list)
+                or any(o.name in whole for o in n.outputs))
+
+    keep = [t for n in g.nodes if n.outputs and must_still_run(n) and all(available(t) for t in n.inputs)
             for t in n.outputs if t not in g.outputs]
     g.outputs.extend(keep)
     g.cleanup(remove_unused_graph_inputs=False).toposort()
