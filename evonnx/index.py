@@ -245,29 +245,16 @@ PolyLike = Poly | int | Atom
 
 
 def _recombined(acc: Mapping[Monomial, int]) -> dict[Monomial, int]:
-    """`acc` with every `c*d*fdiv(x, d) + c*mod(x, d)` replaced by `c*x` (floor division and its remainder put back
-    together): a Reshape of [80, 80] to [6400] read at `j` indexes `80*fdiv(j, 80) + mod(j, 80)`, which is `j`, and
-    only then contiguous along j for the vectoriser and the lane schedule."""
+    """`acc` with each `c*d*fdiv(x, d) + c*mod(x, d)` put back together as `c*x`: a Reshape [80, 80] -> [6400]
+    read at j is `80*fdiv(j, 80) + mod(j, 80)`, which is j, contiguous for the vectoriser and the lane schedule."""
     out = dict(acc)
-    changed = True
-    while changed:
-        changed = False
-        for m, c in list(out.items()):
-            if not c or len(m) != 1 or not isinstance(m[0], Mod):
-                continue
-            md = m[0]
-            d = md.den.const
-            if d is None or d <= 0:
-                continue
-            div: Monomial = (FloorDiv(md.num, md.den),)
-            if out.get(div, 0) != c * d:
-                continue
-            del out[m]
-            del out[div]
+    for m, c in list(out.items()):
+        md = m[0] if len(m) == 1 and c and m in out else None
+        if isinstance(md, Mod) and (d := md.den.const) is not None and d > 0 and out.get(
+                div := (FloorDiv(md.num, md.den),), 0) == c * d:
+            del out[m], out[div]
             for xm, xc in md.num.terms:
                 out[xm] = out.get(xm, 0) + c * xc
-            changed = True
-            break
     return out
 
 
@@ -414,34 +401,6 @@ def is_lt(a: PolyLike, b: PolyLike) -> bool:
 SIZE_MAX = 1 << 40
 
 
-def overflows(p: PolyLike) -> bool:
-    """Whether evaluating `p` in int64, term by term as C does, could overflow: a term's coefficient times
-    SIZE_MAX (a product of sizes and loop variables indexes memory, so it stays below SIZE_MAX), summed over the
-    terms, above INT64_MAX; or the same inside a floor division, remainder, min/max, lookup index or loop extent.
-    Exporters' INT64_MAX bounds and steps over symbolic sizes are what this finds."""
-    total = 0
-    for mono, c in Poly.of(p).terms:
-        total += abs(c) * (SIZE_MAX if mono else 1)
-        if any(_atom_overflows(a) for a in mono):
-            return True
-    return total > INT64_MAX
-
-
-def _atom_overflows(a: Atom) -> bool:
-    if isinstance(a, Var):
-        return overflows(a.extent)
-    if isinstance(a, (FloorDiv, Mod)):
-        return overflows(a.num) or overflows(a.den)
-    if isinstance(a, (Min, Max)):
-        return overflows(a.a) or overflows(a.b)
-    if isinstance(a, Lookup):
-        return overflows(a.index)
-    return False
-
-
-INT64_MAX = (1 << 63) - 1
-
-
 def is_le(a: PolyLike, b: PolyLike) -> bool:
     return is_nonneg(Poly.of(b) - Poly.of(a))
 
@@ -505,9 +464,9 @@ def floordiv(p: PolyLike, d: PolyLike) -> Poly:
     q, r = split
     if r.const is not None and d.const is not None:
         return q + r.const // d.const
-    if d.const is not None and d.const > 0 and (k := _const_term(r)) // d.const and not overflows(r):
-        # the constant's multiple of d comes out: fdiv(6403 + j, 40) = 160 + fdiv(3 + j, 40) (a Concat's later
-        # part read at its own offset). Not where r could overflow int64: that overflow must stay visible.
+    if d.const is not None and d.const > 0 and (k := _const_term(r)) // d.const:
+        # the constant's multiple of d comes out (exactly, and the rest no longer overflows int64 for it):
+        # fdiv(6403 + j, 40) = 160 + fdiv(3 + j, 40), a Concat's later part read at its own offset
         return q + k // d.const + floordiv(r - (k // d.const) * d.const, d)
     if is_nonneg(r) and is_lt(r, d):
         return q
@@ -532,7 +491,7 @@ def mod(p: PolyLike, d: PolyLike) -> Poly:
     r = p if split is None else split[1]
     if r.const is not None and d.const is not None:
         return Poly.of(r.const % d.const)
-    if d.const is not None and d.const > 0 and (k := _const_term(r)) // d.const and not overflows(r):
+    if d.const is not None and d.const > 0 and (k := _const_term(r)) // d.const:
         return mod(r - (k // d.const) * d.const, d)  # mod(6403 + j, 40) = mod(3 + j, 40); see floordiv
     if is_nonneg(r) and is_lt(r, d):
         return r

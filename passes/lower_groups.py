@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.errors import InternalError
 from evonnx.expr import FLOATS, Expr, Load, Op, const, is_exact, walk
-from evonnx.index import Poly, Sym, overflows, var
+from evonnx.index import SIZE_MAX, Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, PolyLike, Sym, Var, var
 from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis, computed_whole, node_reads
 from evonnx.passes.lazy import Lazy, Reject
@@ -224,8 +224,36 @@ def kernels_on_cycle(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
     return []
 
 
+def overflows(p: PolyLike) -> bool:
+    """Whether evaluating `p` in int64, term by term as C does, could overflow: a term's coefficient times
+    SIZE_MAX (a product of sizes and loop variables indexes memory, so it stays below SIZE_MAX), summed over the
+    terms, above INT64_MAX; or the same inside a floor division, remainder, min/max, lookup index or loop extent.
+    Exporters' INT64_MAX bounds and steps over symbolic sizes are what this finds."""
+    total = 0
+    for mono, c in Poly.of(p).terms:
+        total += abs(c) * (SIZE_MAX if mono else 1)
+        if any(_atom_overflows(a) for a in mono):
+            return True
+    return total > INT64_MAX
+
+
+def _atom_overflows(a: Atom) -> bool:
+    if isinstance(a, Var):
+        return overflows(a.extent)
+    if isinstance(a, (FloorDiv, Mod)):
+        return overflows(a.num) or overflows(a.den)
+    if isinstance(a, (Min, Max)):
+        return overflows(a.a) or overflows(a.b)
+    if isinstance(a, Lookup):
+        return overflows(a.index)
+    return False
+
+
+INT64_MAX = (1 << 63) - 1
+
+
 def overflowing_kernels(specs: Sequence[KernelSpec]) -> list[str]:
-    """The kernels with an index or size polynomial whose int64 evaluation could overflow (`index.overflows`: a
+    """The kernels with an index or size polynomial whose int64 evaluation could overflow (`overflows`: a
     Range with a step near 2**63 over a symbolic limit, a Slice step of INT64_MIN on a symbolic dim).
     Such a kernel is left to onnxruntime, whose own arithmetic the fused one could not reproduce safely."""
     out = []

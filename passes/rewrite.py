@@ -32,6 +32,13 @@ def _dim(d: Poly, an: Analysis) -> int | str | None:
 
 def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     g = g.copy()
+    # Live: read on the way to an output once plan-time folding is done, with every kernel's nodes still reading
+    # what they read (their values travel into the kernel). The folding may leave a node unread that onnxruntime
+    # runs anyway (fuzz case 5155: Sub(x[N, 3], y[M, 3]) read only through Shape(start=-1), folded to [3];
+    # onnxruntime still runs the Sub and fails where N and M do not broadcast).
+    folded = g.copy()
+    _fold_known(folded, an)
+    live = _live_nodes(folded)
     whole = computed_whole(g, an)
     tensors = g.tensors()
     by_name = {n.name: n for n in g.nodes}
@@ -54,10 +61,6 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
         g.nodes.append(gs.Node(op=FUSED_OP, name=spec.name, domain=DOMAIN, attrs=attrs,
                                inputs=[tensors[i.name] for i in spec.inputs], outputs=outs))
     _fold_known(g, an)
-    # live in the rewritten graph: after the folding too, which may leave a node left to onnxruntime unread (fuzz
-    # case 5155: Sub(x[N, 3], y[M, 3]) read only through Shape(start=-1), folded to [3]; onnxruntime still runs the
-    # Sub and fails where N and M do not broadcast)
-    live = _live_nodes(g)
     # A node onnxruntime runs in the original may fail there (a ScatterND index out of a symbolic axis); when
     # evonnx no longer needs its result (its shape was all that was read, and that is known) it must still run,
     # or the optimized model would return where the original fails. onnxruntime runs nodes nobody reads, so such

@@ -297,13 +297,18 @@ def test_index_negative_divisor_bounds() -> None:
 
 
 def test_overflows_finds_int64_overflow_of_exporter_constants() -> None:
-    from evonnx.index import INT64_MAX, SIZE_MAX, overflows
+    from evonnx.index import SIZE_MAX
+    from evonnx.passes.lower_groups import INT64_MAX, overflows
 
     n, h = Poly.of(sym("N")), Poly.of(sym("H"))
     i = var("i", n * h)
     assert not overflows(n * h * 85 + i * 4 + 3)  # products of sizes index memory: bounded by SIZE_MAX
     assert overflows(n * 4 + (INT64_MAX - 1))  # a Range limit - start + step - 1 with step INT64_MAX
     assert overflows(i * -(2**63))  # a Slice step of INT64_MIN over a symbolic dim
-    assert overflows(floordiv(n * 4 + (INT64_MAX - 2), 7))  # inside a floor division too
+    assert overflows(floordiv(n * 2**62 + 1, 7))  # inside a floor division too
+    # a constant's multiple of the divisor comes out of a floor division, exactly: the rest no longer overflows
+    k = INT64_MAX - 2
+    assert floordiv(n * 4 + k, 7) == k // 7 + floordiv(n * 4 + k % 7, 7)
+    assert not overflows(floordiv(n * 4 + k, 7))
     assert not overflows(Poly.of(INT64_MAX))  # a constant alone is what C writes
     assert overflows(n * (INT64_MAX // SIZE_MAX + 1))
