@@ -292,10 +292,15 @@ def case_feeds(case: Case) -> list[tuple[str, dict[str, np.ndarray]]]:
             for k, p in enumerate(case.plans)]
 
 
+# np.load parses each array's header with ast.literal_eval, and CPython 3.11.7's parser is not safe across threads
+# ("SystemError: AST constructor recursion depth mismatch" ended a long run whose chunks judge cases on threads)
+_LOAD_LOCK = threading.Lock()
+
+
 def _load(out: str) -> tuple[list[np.ndarray] | None, str | None]:
     if Path(out + ".npz").is_file():
         try:
-            with np.load(out + ".npz") as z:
+            with _LOAD_LOCK, np.load(out + ".npz") as z:
                 return [z[f"arr_{i}"] for i in range(len(z.files))], None
         except (EOFError, OSError, ValueError):
             # cut short: the child died while writing it (a timeout), which judge_runs reports from its exit
@@ -408,7 +413,7 @@ def _cut_runs(case: Case, cuts: list[str], original: list[dict], second: Path,
             continue
         if any(compare(a, b, False) for a, b in zip(ort_values[n_out:], evo_values[n_out:])):
             continue  # evonnx's inexact values themselves differ: no excuse
-        with np.load(r["feeds"]) as z:
+        with _LOAD_LOCK, np.load(r["feeds"]) as z:
             arrays = {n: z[a] for a, n in json.loads(Path(r["feeds"] + ".names").read_text()).items()}
         arrays.update(zip(names, evo_values[n_out:]))
         feeds = second / f"cutfeeds{k}.npz"
@@ -431,7 +436,7 @@ def _model_and_feeds(original_run: dict) -> tuple[onnx.ModelProto, dict[str, np.
     if not feeds_path or not Path(feeds_path).is_file() or not Path(original_run["model"]).is_file():
         return None
     names = json.loads(Path(feeds_path + ".names").read_text())
-    with np.load(feeds_path) as z:
+    with _LOAD_LOCK, np.load(feeds_path) as z:
         feeds = {names[k]: z[k] for k in z.files}
     return onnx.load(original_run["model"]), feeds
 
