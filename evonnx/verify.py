@@ -427,6 +427,11 @@ def check_models(original: onnx.ModelProto, optimized: Path, library: Path, exac
     except CrashError as e:
         about_original = "the original model" in e.doing
         raise VerificationError(("cannot check: " if about_original else "") + str(e)) from None
+    except MemoryError as e:
+        # the check's inputs and outputs at its sizes: a declared [N, 1000, 1000] at N = 64 is 488 MiB per int64
+        # tensor, and the check holds several (fuzz case 1254 raised MemoryError under memory pressure)
+        raise VerificationError(f"cannot check: not enough memory for the check's tensors at its sizes "
+                                f"({_first_line(e)}); name smaller sizes with --dim or --input-shape") from None
 
 
 @isolated

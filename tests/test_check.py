@@ -532,3 +532,22 @@ def test_outputs_of_a_concat_onnxruntime_fills_from_memory_are_undefined() -> No
     assert from_empty_concat(model, "y", empty, _run_reference)
     assert not from_empty_concat(model, "z", empty, _run_reference)
     assert not from_empty_concat(model, "y", {"x": np.ones((2, 1, 3), np.float32)}, _run_reference)
+
+
+def test_running_out_of_memory_in_the_check_is_a_clean_refusal(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError while the check builds or runs its tensors (fuzz case 1254: a declared [N, 1000, 1000] at the
+    check's N = 64, 488 MiB per int64 tensor, under memory pressure) is a VerificationError that says so, which
+    the command line prints as one line, not an internal error."""
+    import evonnx.verify as verify
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError("Unable to allocate 488. MiB for an array with shape (64, 1000, 1000)")
+
+    monkeypatch.setattr(verify, "_check_models", out_of_memory)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(VerificationError, match="cannot check: not enough memory"):
+        check_models(model, tmp_path / "m.onnx", tmp_path / "m.so", set())
