@@ -218,6 +218,20 @@ def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
     return out
 
 
+CANNOT_FAIL = ("Constant", "Shape", "Size", "Identity")
+
+
+def left_and_may_fail(node: gs.Node, an: Analysis) -> bool:
+    """Whether onnxruntime runs `node` in the original and it may fail there, at sizes or values evonnx cannot
+    rule out: a node evonnx does not lower (a ScatterND whose updates do not fit its indices at some sizes), not
+    one evonnx computed at plan time. Such a node runs in the optimized model too, read or not (its values may
+    be needed by nobody once a Shape of it is folded), so what it reads stays computed (fuzz case 642)."""
+    if node.domain or node.op in CANNOT_FAIL or isinstance(an.lowered.get(node.name), list):
+        return False
+    return not all((info := an.tensors.get(t.name)) is not None and info.known is not None
+                   for t in node.outputs if t.name)
+
+
 def node_reads(node: gs.Node) -> list[str]:
     """The tensors `node` reads: its inputs, then its subgraphs' implicit inputs."""
     return list(dict.fromkeys([t.name for t in node.inputs if t.name] + subgraph_reads(node)))

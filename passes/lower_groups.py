@@ -17,7 +17,7 @@ from evonnx.errors import InternalError
 from evonnx.expr import FLOATS, Expr, Load, Op, const, is_exact, walk
 from evonnx.index import SIZE_MAX, Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, PolyLike, Sym, Var, var
 from evonnx.passes import lazy as L
-from evonnx.passes.analyze import Analysis, computed_whole, node_reads
+from evonnx.passes.analyze import Analysis, computed_whole, left_and_may_fail, node_reads
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_ops import VALUE_INPUTS, Value, lower_node
 from evonnx.records import FusionGroup, FusionPlan, KernelInput, KernelOutput, KernelSpec, Rejection, SizeCheck
@@ -39,7 +39,8 @@ def _group_inputs(nodes: Sequence[gs.Node], an: Analysis) -> list[str]:
 
 def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis, also: Set[str] = frozenset()) -> set[str]:
     """Tensors that the rewritten graph must still produce (fixpoint over groups and unfused nodes), `also`
-    (tensors kernels read for their dims alone) and what computes them included."""
+    (tensors kernels read for their dims alone), what nodes left to onnxruntime that may fail read (they run
+    whether read or not: `left_and_may_fail`) and what computes them included."""
     by_name = {n.name: n for n in g.nodes}
     grouped = {name for grp in plan.groups for name in grp.nodes}
     units: list[tuple[list[str], list[str]]] = []  # (outputs, inputs needed when live)
@@ -50,6 +51,7 @@ def needed_tensors(g: gs.Graph, plan: FusionPlan, an: Analysis, also: Set[str] =
         if n.name not in grouped:
             units.append(([t.name for t in n.outputs], node_reads(n)))
     needed = {t.name for t in g.outputs} | set(also)
+    needed.update(t for n in g.nodes if n.name not in grouped and left_and_may_fail(n, an) for t in node_reads(n))
     changed = True
     while changed:
         changed = False

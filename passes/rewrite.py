@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 
 from evonnx.index import Poly, Sym
 from evonnx.model import DOMAIN
-from evonnx.passes.analyze import Analysis, computed_whole, node_reads
+from evonnx.passes.analyze import CANNOT_FAIL, Analysis, computed_whole, node_reads
 from evonnx.records import KernelSpec, kernel_fingerprint
 
 FUSED_OP = "Fused"
@@ -65,7 +65,8 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     # evonnx no longer needs its result (its shape was all that was read, and that is known) it must still run,
     # or the optimized model would return where the original fails. onnxruntime runs nodes nobody reads, so such
     # nodes stay, their outputs unread (kept through cleanup as temporary graph outputs): the nodes evonnx did
-    # not lower, whose values it no longer computes. A lowered node's failures are size checks that travel with
+    # not lower, whose values it no longer computes (the kernels export what they read: `left_and_may_fail`,
+    # fuzz case 642). A lowered node's failures are size checks that travel with
     # its values into the kernels that read them, except where no output reads it in the planned graph either:
     # onnxruntime's folding (`fold_like_onnxruntime`) turns a Shape of a static shape into a constant and keeps,
     # and runs, the nodes that computed its input (fuzz case 1468: a ScatterND whose updates never fit, read only
@@ -83,7 +84,7 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
         output (above)."""
         if n.name in checked:
             return True
-        if n.domain == DOMAIN or n.op in _CANNOT_FAIL:
+        if n.domain == DOMAIN or n.op in CANNOT_FAIL:
             return False
         return (n.name not in live or not isinstance(an.lowered.get(n.name), list)
                 or any(o.name in whole for o in n.outputs))
@@ -95,8 +96,6 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     del g.outputs[len(g.outputs) - len(keep):]
     return g
 
-
-_CANNOT_FAIL = ("Constant", "Shape", "Size", "Identity")
 
 
 def _live_nodes(g: gs.Graph) -> set[str]:
