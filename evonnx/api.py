@@ -118,17 +118,20 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         raise UsageError(f"planner must be search or greedy, not '{planner}'")
     with _Staging(outputs) as staged:
         original = load_model(src)
+        as_written = load_model(src, infer=False)
         # plan on the graph onnxruntime runs: what it folds at session start never becomes a kernel
-        # (EVONNX_ORT_FOLD=0: plan on the graph as written)
+        # (EVONNX_ORT_FOLD=0: plan on the graph as written). onnxruntime folds the model as written, not as ONNX
+        # shape inference annotates it: with the inferred value_info it rewrites more (torchvision FCOS: a
+        # Reshape to [Shape(x)[0], 4] became one to [0, -1], which fails where x is empty and the model as written
+        # runs), so the folding starts from the model as written too
         if os.environ.get("EVONNX_ORT_FOLD", "1") != "0":
-            original = fold_like_onnxruntime(original) or original
+            original = fold_like_onnxruntime(as_written) or original
         user_inputs = load_user_inputs(inputs, original) if inputs is not None and check else []
         if check:
             check_sizes(original, sizes, shapes)
         symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
         if guard is None:
             guard = os.environ.get("EVONNX_GUARD", "1") != "0"
-        as_written = load_model(src, infer=False)
         request = _BuildRequest(original, as_written, dst, lib, staged, planner, symbol_sizes, target, dump_dir,
                                 tuple(cflags), ort_headers, cuda_archs, cuda_compiler, sizes, shapes, user_inputs,
                                 progress or (lambda _: None))

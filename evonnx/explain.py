@@ -95,7 +95,7 @@ def explain(path: str | Path) -> Explanation:
     written = load_model(path)
     model = written
     if os.environ.get("EVONNX_ORT_FOLD", "1") != "0":
-        model = fold_like_onnxruntime(written) or written
+        model = fold_like_onnxruntime(load_model(path, infer=False)) or written  # as `optimize` folds
     result = run_pipeline(model)
     out = Explanation(str(path), len(written.graph.node), len(model.graph.node))
     out.kernels = [_kernel(s) for s in result.specs]

@@ -179,7 +179,9 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     folding, Shape of static shapes, redundant Identity/Slice/Unsqueeze/Dropout elimination, Conv+BatchNormalization/
     Add/Mul), which it
     applies to every model it loads on any execution provider, so evonnx plans on the graph onnxruntime will run:
-    what onnxruntime folds once at session start never becomes a kernel that runs on every call. The result
+    what onnxruntime folds once at session start never becomes a kernel that runs on every call. `model` is the
+    model as written (`load_model(infer=False)`): onnxruntime rewrites more where ONNX's inferred value_info
+    names equal symbolic dims, rewrites the original as the user loads it never gets. The result
     holds only standard ONNX ops (anything else: None), keeps `model`'s opset imports and IR version, and is shape-
     inferred and named as `load_model` does. None where onnxruntime cannot load the model or write it back; the
     caller then plans on `model` itself. Nothing is left in the temp folder."""

@@ -118,3 +118,66 @@ def test_what_onnxruntime_folds_never_becomes_a_kernel(tmp_path) -> None:  # noq
     assert {"reduce_max", "double", "unsq", "sizes"} <= set(opt.folded)
     assert not {"resize", "tail_transpose", "tail_neg"} & set(opt.folded)
     assert f"{len(opt.folded)} nodes folded by onnxruntime itself at session start" in opt.summary()
+
+
+def _reshape_to_own_shape_model() -> onnx.ModelProto:
+    """torchvision FCOS's box flattening: `sel` = the rows of x[N, 4] whose first column is positive ([K, 4], K
+    data-dependent), its even and odd columns paired into [K, 2, 2], reshaped to [Shape(sel)[0], Shape(sel)[1]]."""
+    def ints(name: str, v: object) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(np.array(v, np.int64)))
+
+    nodes = [ints("zero", 0), ints("one", 1), ints("ax0", [0]), ints("ax1", [1]), ints("ax2", [2]), ints("s0", [0]),
+             ints("s1", [1]), ints("e4", [4]), ints("st2", [2]),
+             helper.make_node("Gather", ["x", "zero"], ["col0"], name="col0", axis=1),
+             helper.make_node("Greater", ["col0", "fzero"], ["pos"], name="pos"),
+             helper.make_node("NonZero", ["pos"], ["nz"], name="nz"),
+             helper.make_node("Squeeze", ["nz", "ax0"], ["idx"], name="idx"),
+             helper.make_node("Gather", ["x", "idx"], ["sel"], name="sel", axis=0),
+             helper.make_node("Slice", ["sel", "s0", "e4", "ax1", "st2"], ["a"], name="even"),
+             helper.make_node("Slice", ["sel", "s1", "e4", "ax1", "st2"], ["b"], name="odd"),
+             helper.make_node("Unsqueeze", ["a", "ax2"], ["a3"], name="ua"),
+             helper.make_node("Unsqueeze", ["b", "ax2"], ["b3"], name="ub"),
+             helper.make_node("Concat", ["a3", "b3"], ["pairs"], name="pairs", axis=2),
+             helper.make_node("Shape", ["sel"], ["shp"], name="shp"),
+             helper.make_node("Gather", ["shp", "zero"], ["k"], name="k", axis=0),
+             helper.make_node("Gather", ["shp", "one"], ["four"], name="four", axis=0),
+             helper.make_node("Unsqueeze", ["k", "ax0"], ["k1"], name="uk"),
+             helper.make_node("Unsqueeze", ["four", "ax0"], ["four1"], name="ufour"),
+             helper.make_node("Concat", ["k1", "four1"], ["target"], name="target", axis=0),
+             helper.make_node("Reshape", ["pairs", "target"], ["y"], name="flat")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["K", 4])],
+                          [numpy_helper.from_array(np.array(0, np.float32), "fzero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_folding_starts_from_the_model_as_written(tmp_path) -> None:  # noqa: ANN001
+    """onnxruntime, given ONNX's inferred value_info (which names K in both `pairs` and `sel`), rewrites the
+    Reshape's target to [0, -1], and that fails where K = 0; the model as the user loads it has no such value_info
+    and runs there. evonnx plans on what onnxruntime makes of the model as written (torchvision FCOS failed the
+    check: its kernel enforced the [0, -1] rule)."""
+    import onnxruntime as ort
+
+    import evonnx
+    from evonnx.api import load_session
+
+    path = tmp_path / "m.onnx"
+    model = _reshape_to_own_shape_model()
+    onnx.save(model, path)
+    x = -np.ones((3, 4), np.float32)  # no positive first column: K = 0
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    inferred = onnx.shape_inference.infer_shapes(model).SerializeToString()
+    try:  # the premise: onnxruntime's rewrite on the inferred model
+        ort.InferenceSession(inferred, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        rewrites = False
+    except Exception:  # noqa: BLE001 - onnxruntime's error type varies
+        rewrites = True
+    written = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert written.run(None, {"x": x})[0].shape == (0, 4)
+    evonnx.optimize(path, tmp_path / "m.opt.onnx", guard=False, sizes={"N": 3})
+    opt = load_session(tmp_path / "m.opt.onnx")
+    assert opt.run(None, {"x": x})[0].shape == (0, 4)
+    xs = np.array([[1, 2, 3, 4], [-1, 0, 0, 0], [5, 6, 7, 8]], np.float32)
+    assert np.array_equal(opt.run(None, {"x": xs})[0], written.run(None, {"x": xs})[0])
+    assert rewrites, "onnxruntime no longer rewrites the inferred model; the test's premise is gone"
