@@ -20,11 +20,17 @@ FLOATS = ("float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 INTS = SIGNED + UNSIGNED
-DTYPES = FLOATS + INTS + ("bool",)
+DTYPES = FLOATS + INTS + ("bool",)  # the element types a kernel computes in
+# float16 is stored, never computed in: a kernel converts it to float32 where it loads it, computes each op in
+# float32 and rounds its result back to float16 (`lower_ops.lower_node`), as onnxruntime's CPU kernels do (for
+# + - * / and sqrt that is the correctly rounded float16 result: float32 has more than 2 * 11 + 2 bits). Only
+# loads, stores, selects, constants and the two conversions see it.
+HALF = "float16"
+STORED = DTYPES + (HALF,)  # the element types a kernel loads and stores
 
 # ONNX TensorProto element type codes
 ONNX_CODE = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "bool": 9,
-             "float64": 11, "uint32": 12, "uint64": 13}
+             "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
 FROM_ONNX_CODE = {v: k for k, v in ONNX_CODE.items()}
 
 
@@ -207,7 +213,8 @@ def is_exact(e: Expr) -> bool:
             # onnxruntime sums floats in its own (vectorised) order, and a MatMul's fma chain is MLAS's on an FMA
             # machine only; max/min/argmax are exact
             return False
-        if isinstance(x, Op) and (x.op not in EXACT_OPS or (x.op == "mod" and x.dtype in FLOATS)):
+        if isinstance(x, Op) and (x.op not in EXACT_OPS or (x.op == "mod" and x.dtype in FLOATS)
+                                  or (x.op == "cast" and x.attr == "approx")):
             return False
     return True
 
@@ -479,6 +486,8 @@ def substitute(e: Expr, mapping: Mapping[Atom, PolyLike]) -> Expr:
                 r = binary(x.op, args[0], args[1])
             elif x.op == "cast":
                 r = cast(args[0], x.dtype)
+                if x.attr == "approx" and isinstance(r, Op):  # keeps its mark (lower_ops._HALF_APPROX)
+                    r = Op("cast", r.args, x.dtype, x.attr)
             else:
                 r = Op(x.op, args, x.dtype, x.attr)
         elif isinstance(x, Reduce):

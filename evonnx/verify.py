@@ -31,8 +31,10 @@ from evonnx.references import as_float64, first_nan_reference
 from evonnx.sizes import MAX_INPUT_ELEMENTS, run_size_plans
 from evonnx.toolchain import cpu_runs_v3
 
-RTOL = {"float32": 1e-4, "float64": 1e-9}
-ATOL_SCALE = {"float32": 1e-5, "float64": 1e-12}
+# float16: each op rounds to 11 bits (an ulp is 2^-10 relative at worst), and a kernel's float32 transcendental
+# may round to the neighbouring float16 where onnxruntime's does not, a difference later ops carry along
+RTOL = {"float16": 4e-3, "float32": 1e-4, "float64": 1e-9}
+ATOL_SCALE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
 # Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
 # terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
 MAX_TENSOR_ELEMENTS = 1 << 28

@@ -37,7 +37,15 @@ from evonnx.index import (
 )
 from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
-from evonnx.kernels.printing import Tables, bind_symbols, helpers, kernel_symbols, node_list, template
+from evonnx.kernels.printing import (
+    Tables,
+    bind_symbols,
+    half_define,
+    helpers,
+    kernel_symbols,
+    node_list,
+    template,
+)
 from evonnx.kernels.schedule import (
     LANES,
     MAX_UNROLL,
@@ -541,7 +549,7 @@ class CSource:
 
 def generate_source(specs: Sequence[KernelSpec], model_name: str) -> CSource:
     """The C source of every kernel of one model, with the kernel table the runtime looks names up in."""
-    prelude = template("prelude.c").substitute(model=encode(model_name), helpers=helpers())
+    prelude = template("prelude.c").substitute(model=encode(model_name), helpers=helpers(), half=half_define(specs))
     kernels = tuple(_kernel_source(s) for s in specs)
     table = ", ".join(f"&{s.name}_entry" for s in specs) or "0"
     tail = ("\n" + "".join(f"extern const evo_kernel {s.name}_entry;\n" for s in specs)

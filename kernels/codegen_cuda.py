@@ -35,7 +35,15 @@ from evonnx.expr import Expr, substitute, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, product, subs
 from evonnx.kernels.cprint import CTYPE, Names, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
-from evonnx.kernels.printing import Tables, bind_symbols, helpers, kernel_symbols, node_list, template
+from evonnx.kernels.printing import (
+    Tables,
+    bind_symbols,
+    half_define,
+    helpers,
+    kernel_symbols,
+    node_list,
+    template,
+)
 from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, temporaries
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
@@ -44,7 +52,7 @@ _I32_LIMIT = "2147483647.0"
 # Vector types nvcc stores in one instruction, by byte width.
 _VECTOR = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _SIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "uint16": 2,
-         "uint32": 4, "uint64": 8, "bool": 1}
+         "uint32": 4, "uint64": 8, "bool": 1, "float16": 2}
 
 
 @dataclass
@@ -256,7 +264,8 @@ def _device_source(k: _CudaKernel) -> str:
 
 def generate_cuda(specs: Sequence[KernelSpec], model_name: str) -> str:
     """The CUDA source of every kernel of one model: two `extern "C" __global__` functions per piece."""
-    parts = [template("prelude.cu").substitute(model=encode(model_name), helpers=helpers())]
+    parts = [template("prelude.cu").substitute(model=encode(model_name), helpers=helpers(),
+                                               half=half_define(specs))]
     parts.extend(_device_source(k) for k in _cuda_kernels(specs))
     source = "".join(parts)
     lint(source, f"CUDA kernels of {encode(model_name)}")

@@ -14,15 +14,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from evonnx.errors import InternalError
-from evonnx.expr import FLOATS, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad
+from evonnx.expr import FLOATS, HALF, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
          "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-         "bool": "uint8_t"}
+         "bool": "uint8_t", "float16": "evo_half"}
 UTYPE = {"int64": "uint64_t", "int32": "uint32_t", "int16": "uint16_t", "int8": "uint8_t"}
 SUFFIX = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
-          "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "u8"}
+          "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "u8", "float16": "f16"}
 _MATH1 = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "sin": "sin", "cos": "cos", "sqrt": "sqrt",
           "floor": "floor", "ceil": "ceil", "round": "rint"}
 
@@ -332,6 +332,8 @@ def print_const(value: float | int | bool, dtype: str) -> str:
         if math.isinf(v):
             return f"(({t})INFINITY)" if v > 0 else f"(-({t})INFINITY)"
         return _decimal(v, dtype)
+    if dtype == HALF:  # its bits: a constant expression in C and CUDA alike, NaN and infinities included
+        return f"((evo_half)0x{int(np.array(value, np.float16).view(np.uint16)):04x})"
     if dtype == "bool":
         return "1" if value else "0"
     v = int(value)
@@ -341,6 +343,18 @@ def print_const(value: float | int | bool, dtype: str) -> str:
     if dtype == "uint64":
         return f"UINT64_C({v})"
     return f"(({CTYPE[dtype]}){v})"
+
+
+def _half_cast(e: Op, src: str, a: str) -> str:
+    """A conversion to or from float16, the only operation on it besides a select (expr.HALF): from float16 to
+    float32, or to float16 from float32, an integer or a bool (exact in float32 wherever the result is finite)."""
+    if e.op == "cast" and src == HALF and e.dtype == "float32":
+        return f"evo_h2f({a})"
+    if e.op == "cast" and e.dtype == HALF and src == "float32":
+        return f"evo_f2h({a})"
+    if e.op == "cast" and e.dtype == HALF and (src in INTS or src == "bool"):
+        return f"evo_f2h((float){a})"
+    raise InternalError(f"operation {e.op} from {src} to {e.dtype}: float16 is converted, never computed in")
 
 
 def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
@@ -378,6 +392,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     t = CTYPE[e.dtype]
     s = SUFFIX[src]
     op = e.op
+    if HALF in (src, e.dtype) and op != "where":
+        return _half_cast(e, src, a[0])
     if op in ("add", "sub", "mul"):
         sym_ = {"add": "+", "sub": "-", "mul": "*"}[op]
         if src in SIGNED:

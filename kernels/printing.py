@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
-from evonnx.expr import Expr, ValueTable, walk
+from evonnx.expr import HALF, Expr, ValueTable, walk
 from evonnx.index import Sym, Table
 from evonnx.kernels.cprint import CTYPE, print_const
 from evonnx.kernels.ctext import encode
@@ -24,6 +24,14 @@ def template(name: str) -> Template:
 def helpers() -> str:
     """The element helpers both preludes share (templates/helpers.h), inlined so each source stands alone."""
     return (TEMPLATES / "helpers.h").read_text()
+
+
+def half_define(specs: Sequence[KernelSpec]) -> str:
+    """`#define EVO_HALF 1` where a kernel loads, stores or converts float16 (the preludes then define evo_half and
+    its conversions, an extension of C11 that only such a library needs), else nothing."""
+    uses = any(i.dtype == HALF for s in specs for i in s.inputs) or any(
+        x.dtype == HALF for s in specs for o in s.outputs for x in walk(o.expr))
+    return "#define EVO_HALF 1" if uses else ""
 
 
 def kernel_symbols(spec: KernelSpec) -> tuple[list[Sym], dict[Sym, str]]:

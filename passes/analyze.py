@@ -73,7 +73,7 @@ def _np_name(dtype: object) -> str | None:
         name = str(np.dtype(dtype))  # type: ignore[call-overload]
     except TypeError:
         return None
-    return name if name in E.DTYPES else None
+    return name if name in E.STORED else None
 
 
 def known_from_array(arr: np.ndarray) -> Known | None:

@@ -112,7 +112,7 @@ def attr_tensor(v: Any) -> np.ndarray:
 
 
 def check_dtype(x: Lazy, what: str) -> None:
-    if x.dtype not in E.DTYPES:
+    if x.dtype not in E.STORED:
         raise Reject(f"{what}: element type {x.dtype} is not supported")
 
 

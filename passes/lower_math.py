@@ -103,14 +103,17 @@ def _variadic(name: str) -> Callable[..., list[Lazy]]:
 
 def _where(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     dtype = args[1].dtype
-    if dtype not in E.FLOATS:
+    if dtype not in E.FLOATS + (E.HALF,):
         return [L.elementwise(args[:3], E.where, dtype, op)]
-    zero = E.const(0.0, dtype)
+    zero = E.const(0.0, dtype if dtype != E.HALF else "float32")
 
     def where(c: Expr, a: Expr, b: Expr) -> Expr:
         # onnxruntime's float Where gives X + 0 where the condition holds and Y as it is elsewhere: a -0.0 taken
-        # from X comes out as +0.0, one from Y stays -0.0 (measured on 1.31, float and double, every broadcast
-        # form; fuzz seed 47192: Div(-1e30, Where(x == x, x, x)) is -inf at x = -0.0). x + 0 is x otherwise.
+        # from X comes out as +0.0, one from Y stays -0.0 (measured on 1.31, float16, float and double, every
+        # broadcast form; fuzz seed 47192: Div(-1e30, Where(x == x, x, x)) is -inf at x = -0.0). x + 0 is x
+        # otherwise; float16 adds in float32 (expr.HALF).
+        if dtype == E.HALF:
+            return E.where(c, E.cast(E.binary("add", E.cast(a, "float32"), zero), E.HALF), b)
         return E.where(c, E.binary("add", a, zero), b)
 
     return [L.elementwise(args[:3], where, dtype, op)]
@@ -145,6 +148,8 @@ def _cast(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Laz
     if to is None:
         raise Reject(f"Cast to element type {attrs['to']} is not supported")
     x = args[0]
+    if to == E.HALF and x.dtype == "float64":
+        raise Reject("Cast from float64 to float16 (through float32, a kernel would round twice)")
     if x.dtype in E.FLOATS and to in ("uint32", "uint64"):
         # onnxruntime 1.31 on x86-64 casts a float that is negative or too large for uint32 to 0 or to 2^31
         # depending on whether its loop reaches the element in a SIMD block or in the scalar tail (-3e38 gives

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from evonnx import expr as E
 from evonnx.errors import InternalError, debug_checks
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import Derived, Handler, Known, MapKind, OpDef, Value, check_dtype
@@ -49,15 +50,27 @@ WRITE_OPS = frozenset(op for op, d in OPS.items() if d.writes)
 SHAPE_ONLY_OPS = frozenset(op for op, d in OPS.items() if d.shape_only)
 
 
+# Ops that only move float16 values (or select among them), which their lowerings pass through as they are; every
+# other op on float16 computes in float32 (`_in_float32`)
+_MOVES = frozenset({"Concat", "Flatten", "Identity", "Reshape", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze",
+                    "Expand", "Tile", "Gather", "GatherElements", "ScatterND", "ScatterElements", "Where", "Shape",
+                    "Size"})
+
+
 def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], vals: Sequence[Value | None],
                n_out: int) -> list[Lazy]:
     d = OPS.get(op)
     if d is None:
         raise Reject(f"{op} is not handled by evonnx")
+    if any(a is not None and a.dtype == E.HALF for k, a in enumerate(args) if k not in d.value_inputs):
+        if op not in _MOVES:
+            return _in_float32(op, d, attrs, args, vals, n_out)
+        if d.writes and attrs.get("reduction", "none") not in ("none", b"none"):
+            raise Reject(f"{op} with reduction on float16")
     for k, a in enumerate(args):
         if a is not None and k not in d.value_inputs:
             check_dtype(a, op)
-            if a.dtype not in d.dtypes:
+            if a.dtype not in d.dtypes and not (a.dtype == E.HALF and op in _MOVES):
                 raise Reject(f"{op} on {a.dtype} is not supported")
     if d.needs_data and args and args[0] is None:
         raise Reject(f"{op} has no data input")
@@ -69,3 +82,39 @@ def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], v
         if debug_checks():
             raise InternalError(f"the lowering of {op} raised {type(e).__name__}: {e}") from e
         raise Reject(f"{op}: {e}") from e
+
+
+def _in_float32(op: str, d: OpDef, attrs: dict[str, object], args: Sequence[Lazy | None],
+                vals: Sequence[Value | None], n_out: int) -> list[Lazy]:
+    """`op` on float16 inputs, as onnxruntime's CPU kernels compute it: the float16 inputs converted to float32
+    (exact), the op in float32, and its float results rounded to float16 where its first input is float16 (the
+    type its float outputs share in ONNX; Pow's exponent may be float16 under a float32 base)."""
+    if op in ("MatMul", "Range", "ReduceLogSumExp", "Softplus"):
+        # onnxruntime's float16 ReduceLogSumExp and Softplus overflow where evonnx's float32 ones do not (167.4
+        # against inf): they compute in float16
+        raise Reject(f"{op} on float16")
+    wide = [_converted(a, "float32") if a is not None and a.dtype == E.HALF and k not in d.value_inputs else a
+            for k, a in enumerate(args)]
+    outs = lower_node(op, attrs, wide, vals, n_out)
+    if op == "Cast" or args[0] is None or args[0].dtype != E.HALF:
+        return outs  # a Cast's result has the type it names
+    if op == "Sign":  # onnxruntime's float16 Sign of NaN is 0 (its float one is NaN)
+        x, s = wide[0], outs[0]
+        assert x is not None
+        zero = E.const(0.0, "float32")
+        outs = [Lazy(s.dtype, s.shape, lambda idx: E.where(E.Op("isnan", (x.fn(idx),), "bool"), zero, s.fn(idx)),
+                     uniform=s.uniform)]
+    return [_converted(o, E.HALF, approx=op in _HALF_APPROX) if o.dtype == "float32" else o for o in outs]
+
+
+# Ops exact in float32 whose float16 kernels in onnxruntime compute otherwise (the semantics table): their float16
+# results are compared within the float16 tolerance, not bit for bit (`expr.is_exact`)
+_HALF_APPROX = frozenset({"HardSwish", "HardSigmoid"})
+
+
+def _converted(x: Lazy, dtype: str, approx: bool = False) -> Lazy:
+    def fn(idx: tuple) -> E.Expr:  # type: ignore[type-arg]
+        e = E.cast(x.fn(idx), dtype)
+        return E.Op("cast", e.args, dtype, "approx") if approx and isinstance(e, E.Op) else e
+
+    return Lazy(dtype, x.shape, fn, uniform=x.uniform)

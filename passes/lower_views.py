@@ -283,7 +283,7 @@ def _constant_of_shape(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int
     value = attrs.get("value")
     arr = attr_tensor(value) if value is not None else np.zeros(1, np.float32)
     dtype = str(arr.dtype)
-    if dtype not in E.DTYPES:
+    if dtype not in E.STORED:
         raise Reject(f"ConstantOfShape of {dtype}")
     c = E.const(arr.reshape(-1)[0], dtype)
     return [L.Lazy(dtype, tuple(shape), lambda idx: c)]

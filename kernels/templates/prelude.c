@@ -7,6 +7,28 @@
 
 #include "evonnx_abi.h"
 
+/* float16 elements are kept as their bits (evo_half) and converted where a kernel loads or stores them; every
+ * operation on them is float32 (expr.HALF). The conversions are gcc's and clang's _Float16 casts (an extension of
+ * C11, defined only in a library with float16 tensors): exact one way, rounded to nearest even the other, F16C
+ * instructions in the x86-64-v3 variant and libgcc's soft-float routines (linked into the library) in the
+ * baseline one. */
+$half
+#ifdef EVO_HALF
+typedef uint16_t evo_half;
+__extension__ typedef _Float16 evo_f16;
+static inline float evo_h2f(evo_half u) {
+    evo_f16 h;
+    memcpy(&h, &u, sizeof h);
+    return (float)h;
+}
+static inline evo_half evo_f2h(float f) {
+    evo_f16 h = (evo_f16)f;
+    evo_half u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+#endif
+
 /* Task functions are compiled twice on x86-64 by gcc: for x86-64-v3 (AVX2 and FMA, as onnxruntime's MLAS kernels
  * use them) and for the baseline. EVO_TASK(f) defines the body once (f_body, always inlined) and the two variants
  * f_v3 and f; EVO_PICK(a, f) picks one per Compute by evo_args.cpu_level, which the runtime sets when the kernel is

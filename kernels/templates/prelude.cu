@@ -44,6 +44,24 @@ typedef unsigned long uintptr_t;
 
 #define EVO_CUDA_BLOCK 256 /* must equal evonnx_abi.h */
 
+/* float16 elements are kept as their bits (evo_half) and converted where a kernel loads or stores them; every
+ * operation on them is float32 (expr.HALF). PTX's conversions need no header: exact one way, rounded to nearest
+ * even the other (cvt.rn), as cuda_fp16.h's __half2float and __float2half are. */
+$half
+#ifdef EVO_HALF
+typedef unsigned short evo_half;
+__device__ __forceinline__ float evo_h2f(evo_half h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ evo_half evo_f2h(float f) {
+    evo_half h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#endif
+
 #pragma nv_diag_suppress 186 /* "pointless comparison of unsigned integer with zero" in the shared helpers */
 
 /* Index arithmetic: floor division and floor modulo (C's / and % truncate), in the piece's index type. */

@@ -78,7 +78,8 @@ def test_nvrtc_fatbin_entries_match_nvidias_fatbinary(tmp_path: Path) -> None:
     if fatbinary is None:
         pytest.skip("no fatbinary (CUDA toolkit) to compare with")
     source = (MODELS.parent / "kernels" / "templates" / "prelude.cu").read_text().replace("$model", "t").replace(
-        "$helpers", "") + 'extern "C" __global__ void k(float *o, int64_t n) { if (n > 0) o[0] = -(float)NAN; }\n'
+        "$helpers", "").replace("$half", "#define EVO_HALF 1") + (  # NVRTC takes the float16 conversions' PTX too
+        'extern "C" __global__ void k(float *o, int64_t n) { if (n > 0) o[0] = -evo_h2f(evo_f2h((float)NAN)); }\n')
     images = [("elf", 80, nvrtc.compile_image(source, "sm_80")), ("elf", 90, nvrtc.compile_image(source, "sm_90")),
               ("ptx", 90, nvrtc.compile_image(source, "compute_90"))]
     specs = []

@@ -18,8 +18,8 @@ from onnx import TensorProto, helper
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
 
-DTYPES = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64, "int32": TensorProto.INT32,
-          "bool": TensorProto.BOOL}
+DTYPES = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "int64": TensorProto.INT64,
+          "int32": TensorProto.INT32, "bool": TensorProto.BOOL}
 INT_EXTREMES = {
     "int64": (0, 1, -1, 2, -2, 7, I64_MAX, I64_MIN, I64_MAX - 1, I64_MIN + 1, 2**62, -(2**32)),
     "int32": (0, 1, -1, 2, -2, 7, I32_MAX, I32_MIN, I32_MAX - 1, I32_MIN + 1, 2**30, -(2**16)),
@@ -120,7 +120,8 @@ def concrete_shape(t: Tensor, plan: dict[str, int]) -> list[int]:
 # len**count elements meet every combination of these values.
 _F32 = np.finfo(np.float32)
 _F64 = np.finfo(np.float64)
-GRID = {"float32": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 1e-40, _F32.max, _F32.min],
+GRID = {"float16": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 6e-08, 65504.0, -65504.0],
+        "float32": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 1e-40, _F32.max, _F32.min],
         "float64": [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5, -3.5, 5e-324, _F64.max, _F64.min],
         **{t: [np.iinfo(t).min, np.iinfo(t).max, 0, 1, -1, 2, -2, 7, np.iinfo(t).min + 1, np.iinfo(t).max - 1]
            for t in ("int64", "int32", "int16", "int8")},
@@ -139,9 +140,10 @@ def make_feeds(inputs: Sequence[Tensor], plan: dict[str, int], regime: str, seed
             n = int(np.prod(shape))
             feeds[t.name] = g[(np.arange(n) // len(g) ** k) % len(g)].reshape(shape)
             continue
-        if t.dtype in ("float32", "float64"):
+        if t.dtype in ("float16", "float32", "float64"):
             scale = {"small": 2.0, "wide": 400.0, "extreme": 1e30, "special": 3.0}[regime]
-            arr = np.asarray(rng.standard_normal(shape) * scale, dtype=t.dtype)
+            with np.errstate(over="ignore"):  # "extreme" overflows float16 to infinity, as meant
+                arr = np.asarray(rng.standard_normal(shape) * scale, dtype=t.dtype)
             if regime == "special" and arr.size:
                 specials = np.array([np.inf, -np.inf, np.nan, -0.0, 1e-40, 0.0], t.dtype)
                 mask = rng.random(shape) < 0.3

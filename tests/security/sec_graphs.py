@@ -3,10 +3,11 @@
 `cases(canary)` draws a `Case`: a model of 2 to 8 op steps (Add/Sub/Mul/Div/Min/Max/Neg/Abs/Exp/Sigmoid/Where/
 Cast/compare, Slice with negative and huge bounds and steps, Gather with constant (negative, scalar) indices,
 Transpose, Reshape with 0/-1, Unsqueeze/Squeeze, Concat, Expand, ScatterND with constant indices, ReduceSum/Max,
-Range, Shape) over float32/int64/int32 inputs with symbolic and static dims (0, 1, large), int64/int32 extremes in
-constants, plus the sizes each symbolic dim takes at run time (0, 1, 2 and a larger one; pairs of symbols also at
-unequal sizes, one of them 1). With `adversarial`, most names (tensors, nodes, initializers, dim_params, graph,
-doc strings, attribute doc strings, metadata, the output file name) are payloads from `sec_payloads`.
+Range, Shape) over float32/float16/int64/int32 inputs with symbolic and static dims (0, 1, large), int64/int32
+extremes in constants, plus the sizes each symbolic dim takes at run time (0, 1, 2 and a larger one; pairs of
+symbols also at unequal sizes, one of them 1). With `adversarial`, most names (tensors, nodes, initializers,
+dim_params, graph, doc strings, attribute doc strings, metadata, the output file name) are payloads from
+`sec_payloads`.
 
 Shapes are tracked symbolically while building (a dim is an int, a symbol, or an opaque token for a size only
 known at run time) so that most graphs run; those that do not at some size are still cases: then onnxruntime's
@@ -121,10 +122,11 @@ class Builder(ViewSteps):
     def values(self, dtype: str, shape: Sequence[int]) -> np.ndarray:
         """Constant values with extremes (int) or special floats."""
         n = math.prod(shape)
-        if dtype == "float32":
+        if dtype in ("float32", "float16"):  # FLOAT_VALUES' 1e30 and 1e-40 are inf and 0 in float16
             vals = self.draw(st.lists(st.one_of(st.sampled_from(FLOAT_VALUES),
                                                 st.floats(-8, 8, width=32, allow_nan=False)), min_size=n, max_size=n))
-            return np.array(vals, dtype=np.float32).reshape(shape)
+            with np.errstate(over="ignore"):  # to infinity in float16, as meant
+                return np.array(vals, dtype=np.float32).astype(dtype).reshape(shape)
         if dtype == "bool":
             return np.array(self.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool).reshape(shape)
         vals = self.draw(st.lists(st.one_of(st.sampled_from(INT_EXTREMES[dtype]), st.integers(-9, 9)),
@@ -153,13 +155,13 @@ class Builder(ViewSteps):
         assert x is not None
         if x.dtype == "bool":
             op = self.draw(st.sampled_from(["Not", "Cast"]))
-        elif x.dtype == "float32":
+        elif x.dtype in ("float32", "float16"):
             op = self.draw(st.sampled_from(["Neg", "Abs", "Exp", "Sigmoid", "Cast"]
                                            + (["HardSwish"] if self.opset >= 14 else [])))
         else:
             op = self.draw(st.sampled_from(["Neg", "Abs", "Cast"]))
         if op == "Cast":
-            to = self.draw(st.sampled_from(["float32", "int64", "int32"]))
+            to = self.draw(st.sampled_from(["float32", "int64", "int32", "float16"]))
             (y,) = self.node("Cast", [x.name], to=DTYPES[to])
             self.add(y, to, x.shape)
             return True
@@ -201,8 +203,9 @@ class Builder(ViewSteps):
         if x is None:
             return False
         op = self.draw(st.sampled_from(["Add", "Sub", "Mul", "Div", "Min", "Max", "Mod"]))
-        attrs = {"fmod": 1} if op == "Mod" and x.dtype == "float32" else {}  # fmod=0 is for integers only
-        divides = op in ("Div", "Mod") and x.dtype != "float32"
+        floats = ("float32", "float16")
+        attrs = {"fmod": 1} if op == "Mod" and x.dtype in floats else {}  # fmod=0 is for integers only
+        divides = op in ("Div", "Mod") and x.dtype not in floats
         # an integer divisor that is a run-time tensor may hold 0 (onnxruntime fails the Run: issue 16)
         runtime_divisor = divides and self.draw(st.booleans())
         other, shape = self.partner(x, nonzero=divides and not runtime_divisor)
@@ -273,7 +276,7 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
             shape[-1] = 4
         if sum(isinstance(d, str) for d in shape) == 2 or _static(shape):
             shape = [d if d != 1000 else 8 for d in shape]
-        dtype = draw(st.sampled_from(["float32", "float32", "int64", "int32"]))
+        dtype = draw(st.sampled_from(["float32", "float32", "int64", "int32", "float16"]))
         t = Tensor(names("x"), dtype, tuple(shape))
         b.inputs.append(t)
         b.pool.append(t)

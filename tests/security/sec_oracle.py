@@ -8,7 +8,7 @@
 - a run of the optimized model crashed, hung, or reported a sanitizer error;
 - at some sizes the optimized model returned a result where onnxruntime errors, errored where onnxruntime
   returns one, or returned other values, shapes or types (exact for integer, bool and exact float outputs;
-  rtol 1e-4 otherwise; NaN == NaN).
+  rtol 1e-4 otherwise, float16 4e-3 (`evonnx.verify.RTOL`); NaN == NaN).
 """
 
 from __future__ import annotations
@@ -35,7 +35,14 @@ from sec_payloads import check_source
 
 from evonnx.api import library_path
 from evonnx.references import first_nan_reference
-from evonnx.verify import CheckResult, _closer_than_onnxruntime, _undefined_in_onnxruntime, signed_zero_outputs
+from evonnx.verify import (
+    ATOL_SCALE,
+    RTOL,
+    CheckResult,
+    _closer_than_onnxruntime,
+    _undefined_in_onnxruntime,
+    signed_zero_outputs,
+)
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "sec_child.py"
@@ -348,7 +355,9 @@ def compare(ref: np.ndarray, got: np.ndarray, exact: bool | str) -> str | None:
         finite = np.isfinite(ref)
         scale = float(np.max(np.abs(ref[finite]))) if finite.any() else 1.0
         with np.errstate(all="ignore"):
-            ok = np.isclose(got, ref, rtol=1e-4, atol=1e-5 * max(scale, 1.0), equal_nan=True)
+            half = ref.dtype == np.float16  # the product check's float16 tolerance; float32's for the others
+            rtol, atol = (RTOL["float16"], ATOL_SCALE["float16"]) if half else (1e-4, 1e-5)
+            ok = np.isclose(got, ref, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True)
         if ok.all():
             return None
         bad = np.argwhere(~ok)

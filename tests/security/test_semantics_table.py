@@ -17,6 +17,11 @@ Where onnxruntime departs from the spec or from the obvious formula, evonnx foll
 - double LogSoftmax of a row holding NaN or +-inf gives lane-dependent values ([1, 2, nan, 3] -> [40.05, 41.05,
   nan, 42.05]), so it stays with onnxruntime; float LogSoftmax gives NaN, as evonnx does;
 - integer Div/Mod by zero fails the Run (test_special_values), so they are not in the exact elementwise family;
+- float16 is computed in float32 and rounded per op (`expr.HALF`), except: float16 Sign(NaN) is 0 (float's is
+  NaN); float16 Softplus and ReduceLogSumExp overflow to inf where float32 ones do not (167.4 against inf), so
+  they stay with onnxruntime, as does a Cast from double to float16 (float32 in between would round twice);
+  float16 HardSwish and HardSigmoid round otherwise than float's formula does (1 ulp), so they are compared
+  within the float16 tolerance, not bit for bit;
 - a float Where gives X + 0 where the condition holds and Y as it is elsewhere: -0.0 from X is +0.0, from Y -0.0;
 - Min and Max of +0 and -0 give either zero depending on the element's position (SIMD packet or scalar tail, and
   the broadcast form), so an output computed through Min or Max compares +0 and -0 as equal
@@ -44,7 +49,7 @@ from sec_oracle import check_case
 from evonnx.passes.analyze import analyze
 from evonnx.passes.lazy import Reject
 
-DT = {"float32": T.FLOAT, "float64": T.DOUBLE, "int8": T.INT8, "int16": T.INT16, "int32": T.INT32,
+DT = {"float16": T.FLOAT16, "float32": T.FLOAT, "float64": T.DOUBLE, "int8": T.INT8, "int16": T.INT16, "int32": T.INT32,
       "int64": T.INT64, "uint8": T.UINT8, "uint16": T.UINT16, "uint32": T.UINT32, "uint64": T.UINT64,
       "bool": T.BOOL}
 UNARY = ["Abs", "Neg", "Ceil", "Floor", "Round", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Sin", "Cos",
@@ -63,6 +68,7 @@ REDUCE_INEXACT = {"ReduceSum", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceL2
 # a float Range that onnxruntime folds at session start is a kernel with no neighbour to fuse with.
 LEFT_ALONE = {("float32", "Where"), ("float64", "Where")}
 PLANS = [{"N": 1}, {"N": 0}, {"N": 2}, {"N": 37}]
+FLOAT_TYPES = ("float16", "float32", "float64")
 
 
 def _op(op: str, ins: list[str], out: str) -> onnx.NodeProto:
@@ -84,7 +90,7 @@ def _ort_runs(model_bytes: bytes) -> bool:
         return False
 
 
-_NP = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(bool)": "bool",
+_NP = {"tensor(float16)": "float16", "tensor(float)": "float32", "tensor(double)": "float64", "tensor(bool)": "bool",
        **{f"tensor({t})": t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}}
 
 
@@ -112,7 +118,7 @@ def _elementwise(dt: str, exact: bool) -> tuple[onnx.ModelProto, bool] | None:
     nodes, outs = [], []
     ops = [(o, 1) for o in UNARY] + [(o, 2) for o in BINARY] + [(o, 3) for o in VARIADIC3]
     for o, arity in ops:
-        if (o in INEXACT) == exact or (o in ("Div", "Mod", "Mod-fmod") and dt not in ("float32", "float64")):
+        if (o in INEXACT) == exact or (o in ("Div", "Mod", "Mod-fmod") and dt not in FLOAT_TYPES):
             continue
         otype = T.BOOL if o in BOOL_OUT else DT[dt]
         if not _runs([_op(o, [f"x{k}" for k in range(arity)], "r")], [(f"x{k}", DT[dt], [2]) for k in range(arity)],
@@ -140,9 +146,9 @@ def _reductions(dt: str, exact: bool) -> tuple[onnx.ModelProto, bool] | None:
     nodes, outs = [], []
     axes = {"ax": np.array([1], np.int64)}
     for op in REDUCE:
-        if exact and op in REDUCE_INEXACT and dt in ("float32", "float64"):
+        if exact and op in REDUCE_INEXACT and dt in FLOAT_TYPES:
             continue
-        if not exact and (op not in REDUCE_INEXACT or dt not in ("float32", "float64")):
+        if not exact and (op not in REDUCE_INEXACT or dt not in FLOAT_TYPES):
             continue
         if op.startswith("Arg"):
             otype, mk = T.INT64, lambda i, o, op=op: node(op, [i], [o], axis=1, keepdims=1)
