@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/cpu.py                       # every manifest model, 1 and 2 threads
     .venv/bin/python benchmarks/cpu.py --models yolo_decode,delta2bbox --threads 1 --json out.json
+    .venv/bin/python benchmarks/cpu.py --half --threads 1    # the float16 versions (models/fp16/)
 
 See benchmarks/README.md for what is measured and what each column means.
 """
@@ -143,7 +144,7 @@ def bench_model(entry: Mapping[str, Any], args: argparse.Namespace, workdir: Pat
     shapes = {k: list(v) for k, v in cases[case].items()}
     rec: dict[str, Any] = {"name": name, "writes": bool(entry.get("writes")), "case": case,
                            "case_clamped": args.case is not None and args.case != case, "shapes": shapes}
-    src = REPO / "models" / entry["file"]
+    src = REPO / "models" / ("fp16" if args.half else "") / entry["file"]
     dst = workdir / f"{name}.opt.onnx"
     dump = Path(args.dump_dir) / name if args.dump_dir else None
     try:
@@ -155,6 +156,8 @@ def bench_model(entry: Mapping[str, Any], args: argparse.Namespace, workdir: Pat
                check=str(res.check))
 
     feeds = make_inputs(entry, shapes, seed=args.seed)
+    if args.half:  # models/fp16.py: the float inputs in float16
+        feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
     feeds_copy = {k: v.copy() for k, v in feeds.items()}
     ort_inputs = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
     ref_sess = ort.InferenceSession(str(src), session_options(1), providers=["CPUExecutionProvider"])
@@ -315,6 +318,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-spin", dest="spin", action="store_false",
                    help="set session.intra_op.allow_spinning=0 on every session (default: onnxruntime's, spinning)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--half", action="store_true",
+                   help="the float16 versions in models/fp16/ (models/fp16.py), float inputs in float16")
     p.add_argument("--json", help="write all numbers here")
     p.add_argument("--dump-dir", help="also write each model's plan.txt / kernels.c under DIR/<model>/")
     p.add_argument("--manifest", default=str(MANIFEST), help=argparse.SUPPRESS)
@@ -342,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     head = (f"evonnx CPU benchmark, {info['date']}: {info['cpu']}, {info['cores']} cores; onnxruntime "
             f"{info['onnxruntime']}, numpy {info['numpy']}, python {info['python']}; evonnx {info['evonnx_commit']}\n"
             f"command: {cmd}\n"
+            f"{'float16 versions (models/fp16/); ' if args.half else ''}"
             f"CPU EP, ORT_ENABLE_ALL, sequential, inter-op 1; timed call: {args.api}; "
             f"case: {'largest checked case' if args.case is None else f'checked_cases[{args.case}]'}; "
             f"{args.rounds} interleaved rounds; spinning {'on' if args.spin else 'off'}; repeat: "

@@ -156,3 +156,42 @@ def test_float16_tensors_are_analysed() -> None:
     an = analyze(g, 17)
     assert an.tensors["y"].dtype == "float16"
     assert isinstance(an.lowered["neg"], list)
+
+
+def test_float16_conversions_are_exact_on_every_float16_and_many_floats(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels' own conversions (prelude.c: integer and float32 arithmetic, which gcc vectorises) against
+    numpy's, in both CPU variants: every one of the 65536 float16 patterns to float32, and to float16 every
+    float16's value, its float32 neighbours, the midpoints between float16s and theirs, and random patterns."""
+    nodes = [helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0]),
+             helper.make_node("Cast", ["ht"], ["hf"], to=T.FLOAT),
+             helper.make_node("Transpose", ["hf"], ["widened"], perm=[1, 0]),
+             helper.make_node("Transpose", ["f"], ["ft"], perm=[1, 0]),
+             helper.make_node("Cast", ["ft"], ["fh"], to=T.FLOAT16),
+             helper.make_node("Transpose", ["fh"], ["narrowed"], perm=[1, 0])]
+    src = _save(tmp_path, nodes, [helper.make_tensor_value_info("h", T.FLOAT16, ["N", 256]),
+                                  helper.make_tensor_value_info("f", T.FLOAT, ["M", 256])],
+                [helper.make_tensor_value_info("widened", T.FLOAT, ["N", 256]),
+                 helper.make_tensor_value_info("narrowed", T.FLOAT16, ["M", 256])], [])
+    res = evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False)
+    assert {op for k in res.kernels for op in k.source_ops} >= {"Cast", "Transpose"}
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    values = every.astype(np.float32)
+    finite = values[np.isfinite(values)]
+    mids = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)
+    rng = np.random.default_rng(5)
+    floats = np.concatenate([values, np.nextafter(finite, np.inf), np.nextafter(finite, -np.inf), mids,
+                             np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
+                             rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    floats = np.resize(floats, (-(-floats.size // 256), 256)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want_h = floats.astype(np.float16)
+    feeds = {"h": every.reshape(-1, 256), "f": floats}
+    for isa in ("", "baseline"):
+        monkeypatch.setenv("EVONNX_CPU_ISA", isa)
+        widened, narrowed = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, feeds)
+        same = (widened.view(np.uint32) == values.reshape(-1, 256).view(np.uint32)) | (
+            np.isnan(widened) & np.isnan(values.reshape(-1, 256)))
+        assert same.all(), (isa, every.reshape(-1, 256)[~same][:4])
+        assert _same_bits(narrowed, want_h), (isa, floats[~((narrowed.view(np.uint16) == want_h.view(np.uint16))
+                                                         | (np.isnan(narrowed) & np.isnan(want_h)))][:4])
