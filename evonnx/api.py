@@ -117,7 +117,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     if planner not in ("search", "greedy"):
         raise UsageError(f"planner must be search or greedy, not '{planner}'")
     with _Staging(outputs) as staged:
-        original = load_model(src)
+        inferred = original = load_model(src)
         as_written = load_model(src, infer=False)
         # plan on the graph onnxruntime runs: what it folds at session start never becomes a kernel
         # (EVONNX_ORT_FOLD=0: plan on the graph as written). onnxruntime folds the model as written, not as ONNX
@@ -132,9 +132,9 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         symbol_sizes = {**_sizes_from_shapes(original, shapes or {}), **(sizes or {})}
         if guard is None:
             guard = os.environ.get("EVONNX_GUARD", "1") != "0"
-        request = _BuildRequest(original, as_written, dst, lib, staged, planner, symbol_sizes, target, dump_dir,
-                                tuple(cflags), ort_headers, cuda_archs, cuda_compiler, sizes, shapes, user_inputs,
-                                progress or (lambda _: None))
+        request = _BuildRequest(original, as_written, inferred, dst, lib, staged, planner, symbol_sizes, target,
+                                dump_dir, tuple(cflags), ort_headers, cuda_archs, cuda_compiler, sizes, shapes,
+                                user_inputs, progress or (lambda _: None))
         leave: dict[str, str] = {}
         guarded: GuardResult | None = None
         stage = 0
@@ -212,6 +212,7 @@ class _BuildRequest:
 
     original: onnx.ModelProto  # as evonnx plans on it (onnxruntime's folding applied)
     as_written: onnx.ModelProto  # the file's model: the check's reference
+    inferred: onnx.ModelProto  # the file's model with ONNX shape inference's value_info (`_declare_as_written`)
     dst: Path
     lib: Path
     staged: _Staging
@@ -242,7 +243,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
     result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave)
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
-    _declare_as_written(as_written, out_model)
+    _declare_as_written(as_written, req.inferred, out_model)
     out_model.ir_version = original.ir_version
     del out_model.opset_import[:]
     out_model.opset_import.extend(o for o in original.opset_import if o.domain != DOMAIN)
@@ -377,7 +378,7 @@ def _time_against_original(as_written: onnx.ModelProto, optimized: Path, library
     raise MeasureError(f"no input set runs on the original ({errors[-1][:160] if errors else 'none'})")
 
 
-def _declare_as_written(as_written: onnx.ModelProto, out_model: onnx.ModelProto) -> None:
+def _declare_as_written(as_written: onnx.ModelProto, inferred: onnx.ModelProto, out_model: onnx.ModelProto) -> None:
     """Declares no more of a shape than onnxruntime knows when it loads the original, where that can matter: the
     graph outputs as written, and of a kernel output only the dims that shape inference of the original as written
     knows, and knows to be what the kernel gives. The pipeline plans on the graph after onnxruntime's constant
@@ -385,11 +386,8 @@ def _declare_as_written(as_written: onnx.ModelProto, out_model: onnx.ModelProto)
     could contradict a node it runs anyway (fuzz case 3160: a kernel output [2, 1] concatenated with a constant
     [2, 0], inputs that disagree off the Concat's axis; shape inference believes the Slice that the kernel computes
     gives [2, 0], onnxruntime's Slice gives [2, 1], and the original loads and runs. Declared [2, 1], with the
-    Concat's output declared [6, 0], onnxruntime refused to load the optimized model)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(as_written, strict_mode=False, data_prop=False)
-    except (onnx.shape_inference.InferenceError, ValueError):
-        inferred = as_written
+    Concat's output declared [6, 0], onnxruntime refused to load the optimized model). `inferred` is
+    `as_written` shape-inferred (`load_model` did that once for the whole `optimize`)."""
     written = {o.name: o for o in as_written.graph.output}
     known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}  # what it believes at load
     for o in out_model.graph.output:
