@@ -396,8 +396,18 @@ def _declare_as_written(as_written: onnx.ModelProto, inferred: onnx.ModelProto, 
     # The value_info of tensors onnxruntime computes stays as the pipeline inferred it: dropping it changed
     # onnxruntime's own result for the boxes of torchvision's Faster R-CNN (210.5 -> 127.6; the check refused it).
     kernel_outputs = {t for n in out_model.graph.node if n.domain == DOMAIN for t in n.output}
+    # But a tensor onnxruntime computes and a Shape or Size reads keeps only its rank, unless the model as written
+    # declares it: with a static shape declared, onnxruntime folds the Shape and drops, as unused, the nodes that
+    # computed the tensor, which may be ones that fail in the original (fuzz case 1767: Sub(x[N], y[M]) read
+    # through Shape -> GreaterOrEqual -> Shape; ONNX's inference knew the [1] of the GreaterOrEqual, onnxruntime's
+    # own does not, and the optimized model returned where the original fails at N = 0, M = 3).
+    declared = {v.name for v in as_written.graph.value_info}
+    shape_read = {n.input[0] for n in out_model.graph.node if n.op_type in ("Shape", "Size") and n.input}
     for v in out_model.graph.value_info:
         if v.name not in kernel_outputs:
+            if v.name in shape_read and v.name not in declared:
+                for d in v.type.tensor_type.shape.dim:
+                    d.Clear()
             continue
         ref = known.get(v.name)
         ref_dims = list(ref.type.tensor_type.shape.dim) if ref is not None and ref.type.tensor_type.HasField(

@@ -78,7 +78,7 @@ def first_nan_reference(model: onnx.ModelProto) -> onnx.ModelProto | None:
     del out.graph.node[:]
     changed = False
     for k, n in enumerate(model.graph.node):
-        if n.op_type not in ("ReduceMax", "ReduceMin") or types.get(n.input[0]) not in (1, 11):  # float, double
+        if n.op_type not in ("ReduceMax", "ReduceMin") or types.get(n.input[0]) not in (1, 10, 11):  # floats
             out.graph.node.append(n)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}

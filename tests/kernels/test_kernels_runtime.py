@@ -67,9 +67,12 @@ def test_parallel_for_uses_the_intra_op_pool(kernel_library: Path) -> None:
     )
     x = np.zeros(16, np.float32)
     (serial,) = _session(model, kernel_library, threads=1).run(None, {"x": x})
-    (parallel,) = _session(model, kernel_library, threads=2).run(None, {"x": x})
     assert len(set(serial.tolist())) == 1
-    assert len(set(parallel.tolist())) == 2  # 16 tasks of 1 ms each: both pool threads take some
+    # 16 tasks of 1 ms each: both pool threads take some. On a machine whose other processes keep a core busy the
+    # second thread may not be scheduled within 16 ms (seen once under a fuzz run), so it gets a few Runs.
+    sess = _session(model, kernel_library, threads=2)
+    seen = [len(set(sess.run(None, {"x": x})[0].tolist())) for _ in range(5)]
+    assert 2 in seen and set(seen) <= {1, 2}, seen
 
 
 def test_fused_run_is_reentrant(kernel_library: Path) -> None:
