@@ -207,7 +207,7 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     except onnx.shape_inference.InferenceError:
         return None
     _name_nodes(folded)
-    _positive_axes_where_rewritten(folded)
+    _positive_axes_where_rewritten(folded, data)
     return folded
 
 
@@ -225,7 +225,7 @@ def _written_axes(n: onnx.NodeProto, consts: dict[str, np.ndarray]) -> list[int]
     return None
 
 
-def _positive_axes_where_rewritten(model: onnx.ModelProto) -> None:
+def _positive_axes_where_rewritten(model: onnx.ModelProto, as_written: bytes) -> None:
     """Writes the axes of a reduction positive where onnxruntime's transpose optimizer rewrites it.
 
     onnxruntime keeps an axis written negatively at its input size when the input is empty (`_empty_quirk`), and
@@ -234,7 +234,11 @@ def _positive_axes_where_rewritten(model: onnx.ModelProto) -> None:
     the quirk is gone: Transpose -> ReduceMean(axes=[-4, -3, -1]) of an empty input gave [1, 1, 0, 1], and evonnx's
     [1, 3, 0, 0] failed the check (fuzz seed 180001). So the model is loaded once more with that optimizer, and a
     reduction with a negative axis whose output no longer comes from a node of its kind with the same axes is
-    written with its axes positive, as onnxruntime will run it."""
+    written with its axes positive, as onnxruntime will run it. That second load is of the model as written
+    (`as_written`), as the user's session loads it, not of `model`: on a float16 model onnxruntime's first load
+    has put Casts to float around the reduction, and the transpose optimizer then leaves it alone, where on the
+    model as written it pushes the Transpose through it (fuzz case 3396: ReduceMean(Transpose(x[2, 0]), [-2, -1])
+    gives [1, 1])."""
     consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     for n in model.graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
@@ -245,11 +249,7 @@ def _positive_axes_where_rewritten(model: onnx.ModelProto) -> None:
                 and any(a < 0 for a in _written_axes(n, consts) or []) and n.input and n.input[0] in ranks]
     if not negative:
         return
-    try:
-        data = model.SerializeToString()
-    except ValueError:
-        return
-    written = _ort_basic(data, transposes=True)
+    written = _ort_basic(as_written, transposes=True)
     if written is None:
         return
     seen = onnx.load_model_from_string(written)
