@@ -166,7 +166,10 @@ REPLAYS = sorted((Path(__file__).resolve().parent / "replays").glob("*.onnx"))
 # model, its shapes made static, failed onnxruntime's load-time shape inference first; the check said so, not that.
 # case000512 (seed 170011): onnxruntime cannot load the original (its node names); optimize had raised KeyError on
 # the way (a two-axis reduction computed ahead on lanes).
-REFUSED_REPLAYS = {"case003193-6725a008", "case001389-21aa2b26", "case000229-2824b434", "case000512-8921c9d0"}
+# case000210 (seed 910004): onnxruntime's memory planner fails a float16 ReduceMean it runs itself in the optimized
+# graph (a buffer re-used across an empty-input quirk shape); the check refuses that model.
+REFUSED_REPLAYS = {"case003193-6725a008", "case001389-21aa2b26", "case000229-2824b434", "case000512-8921c9d0",
+                   "case000210-89b83296"}
 
 
 @pytest.mark.parametrize("path", REPLAYS, ids=[p.stem for p in REPLAYS])
