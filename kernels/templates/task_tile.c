@@ -13,13 +13,13 @@ $bindings
     const int64_t jblocks = (ext + 7) / 8;
     const int64_t wchunks = (wblocks + EVO_TILE_CHUNK - 1) / EVO_TILE_CHUNK;
     for (int64_t r = first; r < end; ++r) {
-        int64_t row = r / wchunks / jblocks;
-        const int64_t jb = r / wchunks % jblocks * 8;
+        int64_t row = r / jblocks / wchunks;
+        const int64_t wc = r / jblocks % wchunks;
+        const int64_t jb = r % jblocks * 8;
         const int64_t jn = ext - jb < 8 ? ext - jb : 8;
-        const int64_t wbend = (r % wchunks + 1) * EVO_TILE_CHUNK < wblocks ? (r % wchunks + 1) * EVO_TILE_CHUNK
-                                                                          : wblocks;
+        const int64_t wbend = (wc + 1) * EVO_TILE_CHUNK < wblocks ? (wc + 1) * EVO_TILE_CHUNK : wblocks;
 $unravel
-        for (int64_t wbk = r % wchunks * EVO_TILE_CHUNK; wbk < wbend; ++wbk) {
+        for (int64_t wbk = wc * EVO_TILE_CHUNK; wbk < wbend; ++wbk) {
             const int64_t w0 = wbk * 8;
             const int64_t wn = wext - w0 < 8 ? wext - w0 : 8;
 $row_loop
