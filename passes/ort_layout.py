@@ -113,14 +113,24 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
             leave[n.name] = (f"a {n.op} between convolutions, which onnxruntime runs in its "
                              f"blocked layout (a kernel there costs a layout reorder on each side)")
     # Transposes first: a scalar Mul feeding a MatMul through a Transpose is folded as well (onnxruntime's
-    # transpose optimizer moves the Transpose ahead of the Mul; the ONNX FlexAttention function's K * scale)
+    # transpose optimizer moves the Transpose ahead of the Mul; the ONNX FlexAttention function's K * scale). A
+    # Div by a scalar constant is folded alike (its MatMulScaleFusion; fuzz case 416: x / 65504 then MatMul gave
+    # x * (1 / 65504) * w there, a rounding away from a kernel's division). Consumers whose results nothing reads
+    # do not count: onnxruntime drops them first.
     folded_into_matmul: set[str] = set()
     outputs = {o.name for o in graph.outputs}
-    for op in ("Transpose", "Mul"):
+
+    def read(c: gs.Node) -> bool:
+        return any(t.outputs or t.name in outputs for t in c.outputs)
+
+    for op in ("Transpose", "Mul", "Div"):
         for n in graph.nodes:
             if n.op != op or (op == "Mul" and not (any(_is_const(t) for t in n.inputs) and _scalar_const(n))):
                 continue
-            consumers = [c for t in n.outputs for c in t.outputs]
+            if op == "Div" and not (len(n.inputs) == 2 and _is_const(n.inputs[1])
+                                    and (v := _const_value(n.inputs[1])) is not None and v.size == 1):
+                continue
+            consumers = [c for t in n.outputs for c in t.outputs if read(c)]
             if consumers and all(c.op in MATMULS or c.name in folded_into_matmul for c in consumers) and not any(
                     t.name in outputs for t in n.outputs):
                 folded_into_matmul.add(n.name)
