@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from inputs import MANIFEST, REPO, largest_case, load_manifest, make_inputs  # noqa: E402
+from inputs import MANIFEST, REPO, half_feeds, largest_case, load_manifest, make_inputs  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from evonnx.measure import (  # noqa: E402
@@ -156,8 +156,8 @@ def bench_model(entry: Mapping[str, Any], args: argparse.Namespace, workdir: Pat
                check=str(res.check))
 
     feeds = make_inputs(entry, shapes, seed=args.seed)
-    if args.half:  # models/fp16.py: the float inputs in float16
-        feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    if args.half:
+        feeds = half_feeds(feeds)
     feeds_copy = {k: v.copy() for k, v in feeds.items()}
     ort_inputs = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
     ref_sess = ort.InferenceSession(str(src), session_options(1), providers=["CPUExecutionProvider"])

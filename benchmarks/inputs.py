@@ -118,3 +118,8 @@ def make_inputs(entry: Mapping[str, Any], shapes: Mapping[str, Sequence[int]], s
         hint = entry["input_hints"].get(name, {"kind": "normal"})
         feeds[name] = make_input(rng, hint, shapes[name], spec["dtype"])
     return feeds
+
+
+def half_feeds(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inputs of a float16 version of a manifest model (models/fp16.py): float32 ones cast to float16."""
+    return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}

@@ -18,7 +18,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 
@@ -44,13 +43,8 @@ def convert(model: onnx.ModelProto) -> onnx.ModelProto:
     return half
 
 
-def half_feeds(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The manifest's inputs for a float16 model: float32 ones cast to float16."""
-    return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
-
-
 def main() -> int:
-    from inputs import largest_case, load_manifest, make_inputs
+    from inputs import half_feeds, largest_case, load_manifest, make_inputs
 
     out = HERE / "fp16"
     out.mkdir(exist_ok=True)
