@@ -154,7 +154,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 continue
             if not guard:
                 break
-            if not result.specs:
+            if not result.specs and not result.nms:
                 if guarded is None:
                     guarded = GuardResult([], note="nothing to time (no kernel)")
                 elif guarded.dropped:
@@ -184,9 +184,10 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             while stage < len(GUARD_STAGES):
                 key, what = GUARD_STAGES[stage]
                 stage += 1
-                chosen = (_profiled_slower(as_written, staged.path(dst), staged.path(lib), result.specs, sizes,
+                chosen = (_profiled_slower(as_written, staged.path(dst), staged.path(lib), result, sizes,
                                            shapes, checked.runs if checked is not None else ())
-                          if key == "slower" else _guard_suspects(original, result.specs, key))
+                          if key == "slower" else [s.source_nodes for s in _guard_suspects(original, result.specs,
+                                                                                           key)])
                 if chosen:
                     break
             else:
@@ -194,12 +195,12 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
             reason = f"left to onnxruntime by the never-slower guard ({what}: measured {losing[0].ratio:.3f}x)"
             # the last stage leaves every node (a re-plan could fuse nodes no kernel held yet): the original
             leave.update({n: reason for n in (everything if key == "all" else
-                                                (n for spec in chosen for n in spec.source_nodes))})
+                                                (n for nodes in chosen for n in nodes))})
             guarded.dropped.append((what, len(chosen), str(losing[0])))
             log.info("guard: %s; leaving %d %s to onnxruntime", losing[0], len(chosen), what)
         out = OptimizeResult(dst, lib, len(as_written.graph.node), len(out_model.graph.node), result.specs,
                              result.plan, checked, time.perf_counter() - t0, guarded,
-                             _folded_away(as_written, original))
+                             _folded_away(as_written, original), [] if out_model is as_written else result.nms)
         if report is not None:
             staged.path(Path(report)).write_text(report_json(out, result, out_model, planner))
         staged.commit()
@@ -240,7 +241,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
                                                          req.user_inputs)
 
     req.progress("planning" + (f" without {len(leave)} nodes the guard left to onnxruntime" if leave else ""))
-    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave)
+    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave, nms=target == "cpu")
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
     _declare_as_written(as_written, req.inferred, out_model)
@@ -310,14 +311,15 @@ def _guard_suspects(model: onnx.ModelProto, specs: Sequence[KernelSpec], key: st
 GUARD_PROFILE_RUNS = 20
 
 
-def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path, specs: Sequence[KernelSpec],
+def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path, result: PipelineResult,
                      sizes: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
-                     checked: Sequence[Mapping[str, int]]) -> list[KernelSpec]:
-    """The kernels whose profiled time exceeds that of the original's nodes they replace, both models profiled by
-    onnxruntime at 1 thread on the same inputs (the guard's sizes). A replaced node with no profile entry of its
-    own (onnxruntime folded or fused it into another) counts as free, so such a kernel is left rather than kept on
-    a guess. [] when no input set can be profiled: the coarser stages follow. A crash is no such excuse: it is
-    raised (CrashError)."""
+                     checked: Sequence[Mapping[str, int]]) -> list[Sequence[str]]:
+    """The source nodes of each kernel whose profiled time exceeds that of the original's nodes it replaces, and
+    each NonMaxSuppression evonnx's op runs slower than onnxruntime's, both models profiled by onnxruntime at 1
+    thread on the same inputs (the guard's sizes). A replaced node with no profile entry of its own (onnxruntime
+    folded or fused it into another) counts as free, so such a kernel is left rather than kept on a guess. [] when
+    no input set can be profiled: the coarser stages follow. A crash is no such excuse: it is raised
+    (CrashError)."""
     for feeds, _ in timing_feeds(as_written, sizes, shapes, [], checked):
         try:
             before = profile_nodes(as_written.SerializeToString(), None, feeds, runs=GUARD_PROFILE_RUNS)
@@ -326,8 +328,9 @@ def _profiled_slower(as_written: onnx.ModelProto, optimized: Path, library: Path
             raise
         except (EvonnxError, MeasureError):
             continue
-        return [s for s in specs if s.name in after.times_us
-                and after.times_us[s.name] > sum(before.times_us.get(n, 0.0) for n in s.source_nodes)]
+        groups = [(s.name, s.source_nodes) for s in result.specs] + [(n, [n]) for n in result.nms]
+        return [nodes for name, nodes in groups if name in after.times_us
+                and after.times_us[name] > sum(before.times_us.get(n, 0.0) for n in nodes)]
     return []
 
 

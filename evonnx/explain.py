@@ -24,6 +24,7 @@ FUSED = "fused"  # computed by a kernel
 INLINED = "inlined"  # a constant or plan-time value, folded into the kernels or nodes that read it
 FOLDED = "folded by onnxruntime"  # removed or fused by onnxruntime's basic optimizations at session start
 LEFT = "left to onnxruntime"
+NMS = "run by evonnx's NonMaxSuppression op"  # passes/nms.py
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Explanation:
     kernels: list[KernelSummary] = field(default_factory=list)
     nodes: list[NodeVerdict] = field(default_factory=list)
     dependences: list[str] = field(default_factory=list)
+    nms: list[str] = field(default_factory=list)  # NonMaxSuppression nodes evonnx's op runs, subgraphs included
 
     def text(self, verbose: bool = False) -> str:
         count = Counter(n.verdict for n in self.nodes)
@@ -62,6 +64,8 @@ class Explanation:
         for k in self.kernels:
             absorbed = ", ".join(f"{op}x{n}" if n > 1 else op for op, n in sorted(k.ops.items()))
             lines.append(f"  {k.name}: {sum(k.ops.values())} nodes [{absorbed}]{' exact' if k.exact else ''}")
+        if self.nms:
+            lines.append(f"{len(self.nms)} NonMaxSuppression run by evonnx's op (CPU): {', '.join(self.nms)[:200]}")
         if count[INLINED]:
             lines.append(f"{count[INLINED]} nodes are constants or values known at plan time, folded into what reads "
                          "them")
@@ -100,6 +104,7 @@ def explain(path: str | Path) -> Explanation:
     out = Explanation(str(path), len(written.graph.node), len(model.graph.node))
     out.kernels = [_kernel(s) for s in result.specs]
     out.dependences = result.deps.describe().splitlines()
+    out.nms = list(result.nms)
     planned = _verdicts(result)
     for n in written.graph.node:
         v = planned.get(n.name)
@@ -123,6 +128,8 @@ def _verdicts(result: PipelineResult) -> dict[str, NodeVerdict]:
     for n in result.graph.nodes:
         if n.name in live:
             v = NodeVerdict(n.name, n.op, FUSED, live[n.name])
+        elif n.name in result.nms:
+            v = NodeVerdict(n.name, n.op, NMS, "")
         elif n.name in grouped and n.name not in kept:
             v = NodeVerdict(n.name, n.op, INLINED, "its values are computed inside the kernels that read them")
         elif n.name in grouped:

@@ -62,6 +62,7 @@ class OptimizeResult:
     # nodes of the model as written that onnxruntime folds or fuses at session start (constant folding, Conv+BN):
     # planned on the graph onnxruntime runs, they are neither fused nor left
     folded: list[str] = field(default_factory=list)
+    nms: list[str] = field(default_factory=list)  # NonMaxSuppression nodes evonnx's op runs (passes/nms.py)
 
     def summary(self) -> str:
         copies = (f", {self.plan.copies_removed} full-tensor copies of scatter writes removed"
@@ -75,6 +76,8 @@ class OptimizeResult:
             absorbed = ", ".join(f"{op}x{n}" if n > 1 else op for op, n in sorted(ops.items()))
             lines.append(f"  {k.name}: {len(k.source_ops)} nodes -> 1 [{absorbed}]"
                          f"{' exact' if k.exact else ''}")
+        if self.nms:
+            lines.append(f"  {len(self.nms)} NonMaxSuppression run by evonnx's op: {', '.join(self.nms)[:200]}")
         if self.folded:
             lines.append(f"  {len(self.folded)} nodes folded by onnxruntime itself at session start")
         lines.append(f"  check: {self.check if self.check is not None else 'skipped (--no-check)'}")
@@ -119,6 +122,7 @@ def build_report(result: OptimizeResult, pipeline: PipelineResult, out_model: on
                    for k in result.kernels],
         "rejected": [{"node": r.node, "op": r.op, "reason": r.reason} for r in result.plan.rejected],
         "folded_by_onnxruntime": list(result.folded),
+        "nms": list(result.nms),
         "check": check,
         "guard": result.guard.as_dict() if result.guard is not None else None,
         "cost_model": asdict(pipeline.cost_model),

@@ -52,7 +52,8 @@ _HEADER_STAMP = ".ort-headers"
 # the library asks for that newer API and refuses to load on older onnxruntime releases.
 _MIN_ORT_API_VERSION = 21
 
-_RUNTIME_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden")
+# -ffp-contract=off: NonMaxSuppression's IoU must round each operation as onnxruntime's does (evonnx_nms.h).
+_RUNTIME_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off")
 # -z defs: a kernels object that lacks evo_kernel_table fails here rather than at dlopen time.
 _LINK_FLAGS = ("-shared", "-Wl,-z,defs", "-Wl,--as-needed")
 
@@ -141,8 +142,7 @@ def runtime_object(headers: Path | None = None) -> Path:
     flags = (*_RUNTIME_FLAGS, f"-I{_RUNTIME_DIR}", f"-I{headers}")
     key = hashlib.sha256()
     for part in (
-        _RUNTIME_SOURCE.read_bytes(),
-        _ABI_HEADER.read_bytes(),
+        *(p.read_bytes() for p in sorted(_RUNTIME_DIR.glob("*.[ch]*"))),  # evonnx_ort.cc and what it includes
         (headers / _C_API_HEADER).read_bytes(),
         _compiler_version(cxx).encode(),
         "\0".join(_RUNTIME_FLAGS).encode(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -24,6 +24,7 @@ from evonnx.passes.lower_groups import (
     overflowing_kernels,
     without_groups,
 )
+from evonnx.passes.nms import replace_nms
 from evonnx.passes.ort_layout import folded, layout_chain
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
@@ -45,6 +46,7 @@ class PipelineResult:
     plan: FusionPlan
     specs: list[KernelSpec]
     optimized: gs.Graph
+    nms: list[str] = field(default_factory=list)  # NonMaxSuppression nodes evonnx's op runs (passes/nms.py)
 
 
 def without_overridable(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -63,14 +65,18 @@ def without_overridable(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
                  cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH,
-                 leave: Mapping[str, str] | None = None, ort_layout: bool = True) -> PipelineResult:
+                 leave: Mapping[str, str] | None = None, ort_layout: bool = True, nms: bool = True) -> PipelineResult:
     """`leave` maps node names to the reason they stay with onnxruntime (the never-slower guard's choices). With
     `ort_layout`, the nodes onnxruntime's own fusions, blocked layout and constant folding handle better stay with
-    it too (`ort_layout.layout_chain`, `ort_layout.folded`)."""
+    it too (`ort_layout.layout_chain`, `ort_layout.folded`). With `nms`, NonMaxSuppression nodes become evonnx's
+    (`passes/nms.py`; a CPU op, so not for a CUDA target)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     with naming():  # tables and reduction variables numbered from 0 in every run
-        return _run(model, planner, sizes, cost_model, cfg, leave, ort_layout)
+        result = _run(model, planner, sizes, cost_model, cfg, leave, ort_layout)
+    if nms:
+        result.nms = replace_nms(result.optimized, leave)
+    return result
 
 
 def _run(model: onnx.ModelProto, planner: str, sizes: Mapping[str, int] | None, cost_model: CostModel | None,

@@ -1,4 +1,5 @@
-// evonnx custom-op runtime: registers `ai.evonnx::Fused` with onnxruntime and runs a model's generated kernels.
+// evonnx custom-op runtime: registers `ai.evonnx::Fused` with onnxruntime and runs a model's generated kernels,
+// and `ai.evonnx::NonMaxSuppression` (evonnx_nms_op.h), which needs no generated code.
 //
 // Compiled once per install (kernels/build.py) and linked with each model's kernels object into
 // `out.evonnx.so`; the contract with the kernels is evonnx_abi.h. Only onnxruntime's C API is used, built
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "evonnx_abi.h"
+#include "evonnx_nms.h"
 #include "onnxruntime_c_api.h"
 
 namespace {
@@ -877,6 +879,12 @@ OrtCustomOp make_fused_op(const char*(ORT_API_CALL* execution_provider)(const Or
     return op;
 }
 
+}  // namespace
+
+// The NonMaxSuppression op (issue 14), in the same anonymous namespace as the helpers it uses.
+namespace {
+#include "evonnx_nms_op.h"
+
 // ORT keeps pointers to these for as long as any session uses the library, hence static storage.
 // One domain holds the op for both providers; onnxruntime picks by the node's provider (a CPU session, or a CPU-only
 // onnxruntime, only ever creates the CPU kernel, so the CUDA one costs nothing there). Inputs and outputs use the
@@ -912,6 +920,11 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
             api->ReleaseCustomOpDomain(domain);
             return status;
         }
+    }
+    OrtStatus* added = api->CustomOpDomain_Add(domain, &kNmsOp);
+    if (added != nullptr) {
+        api->ReleaseCustomOpDomain(domain);
+        return added;
     }
     OrtStatus* status = api->AddCustomOpDomain(options, domain);
     if (status != nullptr) {
