@@ -80,6 +80,8 @@ inline bool suppresses(const Geom& c, const Geom& k, float iou_threshold) {
     return (inter / uni) > iou_threshold;
 }
 
+constexpr int kMaxSpan = 64;  // a kept box over more cells than this is compared with every candidate instead
+
 // A uniform grid over the interacting boxes of one batch; cell() is monotone in the coordinate. Cells are about the
 // median box's size, so that most boxes fall in a few cells, with at most about 4 cells a box.
 struct Grid {
@@ -100,7 +102,8 @@ struct Grid {
             h.push_back(b.ymax - b.ymin);
         }
         const size_t n = w.size();
-        if (n < 64) return g;  // one cell: the plain kept list
+        // one cell (the plain kept list) for few boxes, or so many that the grid's int32 entries could overflow
+        if (n < 64 || n > static_cast<size_t>(INT32_MAX / kMaxSpan)) return g;
         std::nth_element(w.begin(), w.begin() + n / 2, w.end());
         std::nth_element(h.begin(), h.begin() + n / 2, h.end());
         double cx = std::ceil((xhi - xlo) / w[n / 2]), cy = std::ceil((yhi - ylo) / h[n / 2]);
@@ -140,7 +143,6 @@ struct Scratch {
     std::vector<int32_t> all;       // every interacting kept box
 };
 
-constexpr int kMaxSpan = 64;  // a kept box over more cells than this is compared with every candidate instead
 
 // ORT's ScoreIndexPair order: a is below b when its score is lower, or equal with a higher index.
 struct QueueLess {

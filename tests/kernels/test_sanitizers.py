@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
@@ -175,3 +176,23 @@ def test_sanitizers_on_bug_class_models(builder: SanitizedBuilder, tmp_path: Pat
     problems = [f"{key} ({REGRESSIONS[key]().note}): {f}" for key, o in results for f in o.crashes]
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def test_sanitizers_on_nms(builder: SanitizedBuilder, tmp_path: Path) -> None:
+    """evonnx's NonMaxSuppression op (issue 14) under the sanitizers, on test_nms's generator: sizes 0 and 1,
+    NaN, infinite, zero-area and inverted boxes, both box formats, with and without the optional inputs. No
+    report, no crash, and the same rows as onnxruntime (or the same failure)."""
+    from test_nms import OPTIONAL, _case, _nms_model
+
+    problems = []
+    for cpb in (0, 1):
+        for given in (0, 3):
+            src = _nms_model(tmp_path / f"nms_{cpb}_{given}.onnx", cpb, given)
+            rng = np.random.default_rng(10 * cpb + given)
+            names = {"boxes", "scores", *(name for name, _ in OPTIONAL[:given])}
+            feeds = [(f"case {k}", {n: v for n, v in _case(rng, cpb, 300).items() if n in names}) for k in range(30)]
+            outcome = _sanitized_run(tmp_path / f"run_{cpb}_{given}", src, feeds, builder, exact=True)
+            problems += [f"cpb={cpb} given={given}: {f}" for f in outcome.findings]
+            if outcome.status != "ok":
+                problems.append(f"cpb={cpb} given={given}: not optimized: {outcome.status} {outcome.note}")
+    assert not problems, "\n".join(problems)
