@@ -44,7 +44,8 @@ class Pair:
 
     def __init__(self, src: Path) -> None:
         dst = src.with_name(src.stem + ".opt.onnx")
-        evonnx.optimize(src, dst, guard=False)
+        result = evonnx.optimize(src, dst, guard=False)
+        assert result.nms == ["nms"] and "1 NonMaxSuppression run by evonnx's op: nms" in result.summary()
         ops = [(n.op_type, n.domain) for n in onnx.load(str(dst)).graph.node]
         assert ops == [("NonMaxSuppression", DOMAIN)], ops
         so = ort.SessionOptions()
@@ -241,3 +242,14 @@ def test_nms_in_an_if_branch_and_unsupported_attributes(tmp_path: Path) -> None:
     assert replace_nms(gs.import_onnx(onnx.load(str(_nms_model(tmp_path / "ok.onnx", 1, 3, opset=10))))) == ["nms"]
     assert replace_nms(gs.import_onnx(onnx.load(str(_nms_model(tmp_path / "left.onnx", 0, 3)))),
                        {"nms": "left by the guard"}) == []
+
+
+def test_the_guard_times_a_model_whose_only_change_is_nms(tmp_path: Path) -> None:
+    """A model with no kernel but an evonnx NonMaxSuppression is still timed against the original, and what the
+    guard decides is reported (kept: the op stays; slower: the original is written)."""
+    src = _nms_model(tmp_path / "nms.onnx", 0, 3)
+    result = evonnx.optimize(src, tmp_path / "nms.opt.onnx", guard=True, guard_seconds=0.2)
+    assert result.guard is not None and result.guard.note != "nothing to time (no kernel)", result.guard
+    assert result.guard.comparisons or result.guard.dropped, result.guard
+    written = [(n.op_type, n.domain) for n in onnx.load(str(tmp_path / "nms.opt.onnx")).graph.node]
+    assert written == [("NonMaxSuppression", DOMAIN if result.nms else "")], (written, result.guard)
