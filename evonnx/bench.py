@@ -28,6 +28,7 @@ from evonnx.errors import EvonnxError, UsageError, VerificationError
 from evonnx.isolate import CrashError
 from evonnx.measure import MeasureError, compare_models, cpu_model
 from evonnx.model import DOMAIN, load_model
+from evonnx.passes.rewrite import FUSED_OP
 from evonnx.verify import check_models
 
 REPORT_VERSION = 1
@@ -104,7 +105,7 @@ def optimized_next_to(model: Path) -> Path | None:
 
 def _counts(original: onnx.ModelProto, optimized: onnx.ModelProto) -> dict[str, Any]:
     before, after = len(original.graph.node), len(optimized.graph.node)
-    kernels = sum(1 for n in optimized.graph.node if n.domain == DOMAIN)
+    kernels = sum(1 for n in optimized.graph.node if n.domain == DOMAIN and n.op_type == FUSED_OP)  # not NMS
     ratio = (before - (after - kernels)) / before if before else 0.0
     return {"nodes_before": before, "nodes_after": after, "kernels": kernels,
             "fusion_ratio": round(min(1.0, max(0.0, ratio)), 4)}
