@@ -95,3 +95,40 @@ def from_empty_concat(original: onnx.ModelProto, name: str, feeds: Mapping[str, 
         if reached and any(t in reached for t in n.input):
             reached.update(n.output)
     return name in reached
+
+
+_COMPARISONS = {"Greater": np.greater, "Less": np.less, "GreaterOrEqual": np.greater_equal,
+                "LessOrEqual": np.less_equal, "Equal": np.equal}
+
+
+def decided_as_in_float64(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray],
+                          ref: np.ndarray, got: np.ndarray, run: Runner) -> int:
+    """How many elements of the bool output `name`, a comparison of floats, the optimized model decides otherwise
+    than onnxruntime but as the comparison decides on the original computed in float64 (`references.as_float64`),
+    where it so decides every differing element; 0 otherwise. A ReduceSum of 65,537 float32 values in onnxruntime's
+    order is 0.01 off its float64 sum of 521.71, and a GreaterOrEqual of it against one of the values flips (fuzz
+    case 9483); evonnx sums in double. The decision's counterpart of the check's closer-than-onnxruntime rule for
+    float outputs."""
+    from evonnx.references import as_float64
+
+    node = next((n for n in original.graph.node if name in n.output), None)
+    if node is None or node.op_type not in _COMPARISONS or node.domain not in ("", "ai.onnx") or ref.dtype != bool:
+        return 0
+    wide = as_float64(original)
+    if wide is None:
+        return 0
+    known = {o.name for o in wide.graph.output}
+    wide.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in node.input[:2] if t not in known)
+    values = run(wide, {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()},
+                 "in float64 for the operands of a decision")
+    if values is None:
+        return 0
+    a, b = (np.asarray(values[t]) for t in node.input[:2])
+    if a.dtype != np.float64 or b.dtype != np.float64:
+        return 0
+    try:
+        decided = np.broadcast_to(_COMPARISONS[node.op_type](a, b), ref.shape)
+    except ValueError:
+        return 0
+    bad = ref != got
+    return int(bad.sum()) if bool(np.array_equal(decided[bad], got[bad])) else 0

@@ -551,3 +551,29 @@ def test_running_out_of_memory_in_the_check_is_a_clean_refusal(tmp_path: Path,
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     with pytest.raises(VerificationError, match="cannot check: not enough memory"):
         check_models(model, tmp_path / "m.onnx", tmp_path / "m.so", set())
+
+
+def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> None:
+    """A comparison of a float32 sum against one of its terms: where onnxruntime's float32 sum flips the decision,
+    an optimized model that decides as the float64 model does is excused (fuzz case 9483), one that decides
+    otherwise is not, and neither is a difference in an output that is no comparison."""
+    from evonnx.excuses import decided_as_in_float64
+    from evonnx.verify import _run_reference
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=1),
+             helper.make_node("GreaterOrEqual", ["s", "x"], ["ge"]),
+             helper.make_node("Not", ["ge"], ["lt"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [
+        helper.make_tensor_value_info("ge", TensorProto.BOOL, [5]),
+        helper.make_tensor_value_info("lt", TensorProto.BOOL, [5])]), opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    feeds = {"x": np.array([1e8, 4.0, -1e8, 3.5, 0.5], np.float32)}
+    truth = np.sum(feeds["x"].astype(np.float64)) >= feeds["x"].astype(np.float64)  # the sum is 8 in float64
+    onnxruntime = truth.copy()
+    onnxruntime[1] = ~onnxruntime[1]  # as a float32 order that sums to 3.5 decides 3.5 >= 4
+    assert decided_as_in_float64(model, "ge", feeds, onnxruntime, truth, _run_reference) == 1
+    wrong = onnxruntime.copy()
+    wrong[3] = ~wrong[3]  # another element, where onnxruntime decided as float64 does
+    assert decided_as_in_float64(model, "ge", feeds, onnxruntime, wrong, _run_reference) == 0
+    assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~truth, _run_reference) == 0
