@@ -1,5 +1,5 @@
-// Part of evonnx_ort.cc, included inside its anonymous namespace (it uses make_status, ShapeInfo, read_node_name
-// and EVO_RETURN_IF_ERROR): the `ai.evonnx::NonMaxSuppression` custom op, CPU only, which evonnx puts in place of
+// Part of evonnx_ort.cc, included inside its anonymous namespace after the Fused op's callbacks (it uses
+// make_status, ShapeInfo, read_node_name, cpu_parallel_for, EVO_RETURN_IF_ERROR and the shared callbacks): the `ai.evonnx::NonMaxSuppression` custom op, CPU only, which evonnx puts in place of
 // an ONNX NonMaxSuppression node (passes/nms.py). Same inputs, attribute and output as the ONNX op; the checks,
 // their order and their messages are onnxruntime 1.31's (non_max_suppression_helper.h), the selection is
 // evonnx_nms.h's.
@@ -231,35 +231,30 @@ ONNXTensorElementDataType ORT_API_CALL nms_input_type(const OrtCustomOp*, size_t
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL nms_input_kind(const OrtCustomOp*, size_t index) {
     return index < 2 ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
-size_t ORT_API_CALL nms_outputs(const OrtCustomOp*) { return 1; }
 ONNXTensorElementDataType ORT_API_CALL nms_output_type(const OrtCustomOp*, size_t) {
     return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 }
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL nms_output_kind(const OrtCustomOp*, size_t) {
     return INPUT_OUTPUT_REQUIRED;
 }
-OrtMemType ORT_API_CALL nms_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
-const char* ORT_API_CALL nms_provider(const OrtCustomOp*) { return "CPUExecutionProvider"; }
-int ORT_API_CALL nms_start_version(const OrtCustomOp*) { return 1; }
-int ORT_API_CALL nms_end_version(const OrtCustomOp*) { return INT_MAX; }
 
 OrtCustomOp make_nms_op() {
     OrtCustomOp op{};  // fields not set stay NULL: "not provided"
     op.version = ORT_API_VERSION;
     op.GetName = nms_name;
-    op.GetExecutionProviderType = nms_provider;
+    op.GetExecutionProviderType = execution_provider_cpu;
     op.GetInputTypeCount = nms_inputs;
     op.GetInputType = nms_input_type;
     op.GetInputCharacteristic = nms_input_kind;
-    op.GetInputMemoryType = nms_memory;
-    op.GetOutputTypeCount = nms_outputs;
+    op.GetInputMemoryType = default_memory;
+    op.GetOutputTypeCount = one_formal;
     op.GetOutputType = nms_output_type;
     op.GetOutputCharacteristic = nms_output_kind;
     op.CreateKernelV2 = create_nms;
     op.KernelComputeV2 = compute_nms_kernel;
     op.KernelDestroy = destroy_nms;
-    op.GetStartVersion = nms_start_version;
-    op.GetEndVersion = nms_end_version;
+    op.GetStartVersion = start_version;
+    op.GetEndVersion = end_version;
     return op;
 }
 
