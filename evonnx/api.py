@@ -142,7 +142,9 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         while True:
             last = bool(leave) and set(leave) >= everything  # the guard's last stage: the original is written
             try:
-                result, out_model, checked = _build(request, leave, check and not last)
+                # the last stage writes the original: NMS in subgraph bodies, which `everything` does not name,
+                # goes back to onnxruntime too
+                result, out_model, checked = _build(request, leave, check and not last, nms=not last)
             except VerificationError as e:
                 if not leave or guarded is None:
                     raise
@@ -187,7 +189,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 chosen = (_profiled_slower(as_written, staged.path(dst), staged.path(lib), result, sizes,
                                            shapes, checked.runs if checked is not None else ())
                           if key == "slower" else [s.source_nodes for s in _guard_suspects(original, result.specs,
-                                                                                           key)])
+                                                                                           key)]
+                          + ([[n] for n in result.nms] if key == "all" else []))
                 if chosen:
                     break
             else:
@@ -231,8 +234,8 @@ class _BuildRequest:
     progress: Callable[[str], None]  # told each stage as it starts (the CLI's status line)
 
 
-def _build(req: _BuildRequest, leave: Mapping[str, str],
-           check: bool) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None]:
+def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
+           nms: bool = True) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None]:
     """Plan (leaving the nodes `leave` names to onnxruntime), generate, build and check into the staged paths."""
     original, as_written, dst, lib, staged = req.original, req.as_written, req.dst, req.lib, req.staged
     target, dump_dir, cflags, ort_headers, cuda_archs = (req.target, req.dump_dir, req.cflags, req.ort_headers,
@@ -241,7 +244,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str],
                                                          req.user_inputs)
 
     req.progress("planning" + (f" without {len(leave)} nodes the guard left to onnxruntime" if leave else ""))
-    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave, nms=target == "cpu")
+    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave, nms=nms and target == "cpu")
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
     _declare_as_written(as_written, req.inferred, out_model)

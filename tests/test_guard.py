@@ -176,3 +176,28 @@ def test_a_reduced_plan_that_fails_the_check_ends_with_the_original(tmp_path: Pa
     assert len(checks) == 2 and res.kernels == []
     assert [n.name for n in onnx.load(tmp_path / "o.onnx").graph.node] == [n.name for n in onnx.load(src).graph.node]
     assert res.guard is not None and "failed the check" in str(res.guard)
+
+
+def test_always_slower_leaves_nms_in_an_if_branch_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard's last stage names every node of the main graph; an NMS inside an If branch, which evonnx's op
+    runs, goes back to onnxruntime with them, so the model written is the original (and was checked as such)."""
+    calls = _scripted(monkeypatch, [0.8])
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, "N", 4])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, "N"])
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    m = helper.make_tensor("m", TensorProto.INT64, [1], [100])
+    branch = helper.make_graph([helper.make_node("NonMaxSuppression", ["boxes", "scores", "m"], ["sel"],
+                                                 name="inner_nms")],
+                               "then", [], [helper.make_tensor_value_info("sel", TensorProto.INT64, ["K", 3])])
+    other = helper.make_graph([helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["none"], name="empty")],
+                              "else", [], [helper.make_tensor_value_info("none", TensorProto.INT64, ["K", 3])])
+    graph = helper.make_graph([helper.make_node("If", ["flag"], ["out"], name="if", then_branch=branch,
+                                                else_branch=other)], "g", [boxes, scores, flag],
+                              [helper.make_tensor_value_info("out", TensorProto.INT64, ["K", 3])], [m])
+    src = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), src)
+    res = evonnx.optimize(src, tmp_path / "o.onnx", guard=True)
+    written = onnx.load(tmp_path / "o.onnx")
+    domains = {n.domain for a in written.graph.node[0].attribute for n in a.g.node}
+    assert domains == {""} and res.nms == [] and "written as the original" in str(res.guard), (domains, res.guard)
+    assert calls == [0]  # the one timed build had no Fused kernel, only the two NMS
