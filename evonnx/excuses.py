@@ -102,19 +102,19 @@ _COMPARISONS = {"Greater": np.greater, "Less": np.less, "GreaterOrEqual": np.gre
 
 
 def decided_as_in_float64(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray],
-                          ref: np.ndarray, got: np.ndarray, run: Runner) -> int:
+                          ref: np.ndarray, got: np.ndarray, run: Runner,
+                          widen: Callable[[onnx.ModelProto], onnx.ModelProto | None]) -> int:
     """How many elements of the bool output `name`, a comparison of floats, the optimized model decides otherwise
-    than onnxruntime but as the comparison decides on the original computed in float64 (`references.as_float64`),
+    than onnxruntime but as the comparison decides on the original computed in float64 (`widen`, the check's
+    `references.as_float64`),
     where it so decides every differing element; 0 otherwise. A ReduceSum of 65,537 float32 values in onnxruntime's
     order is 0.01 off its float64 sum of 521.71, and a GreaterOrEqual of it against one of the values flips (fuzz
     case 9483); evonnx sums in double. The decision's counterpart of the check's closer-than-onnxruntime rule for
     float outputs."""
-    from evonnx.references import as_float64
-
     node = next((n for n in original.graph.node if name in n.output), None)
     if node is None or node.op_type not in _COMPARISONS or node.domain not in ("", "ai.onnx") or ref.dtype != bool:
         return 0
-    wide = as_float64(original)
+    wide = widen(original)
     if wide is None:
         return 0
     known = {o.name for o in wide.graph.output}

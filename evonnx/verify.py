@@ -245,8 +245,7 @@ def _large_integers_round(ref: np.ndarray, got: np.ndarray, result: CheckResult)
     return True
 
 
-def _run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str
-                   ) -> dict[str, np.ndarray] | None:
+def _run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str) -> dict[str, np.ndarray] | None:
     """onnxruntime's outputs of `model` (a reference spelled from the original) by name, or None where it cannot
     load or run it: a reference that does not run excuses nothing."""
     import onnxruntime as ort
@@ -500,7 +499,8 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                         raise
                 elif not (_large_integers_round(ref, got, into)
                           or _flips_at_thresholds(original, out.name, feeds, ref, got, into)):
-                    if not (closer := decided_as_in_float64(original, out.name, feeds, ref, got, _run_reference)):
+                    if not (closer := decided_as_in_float64(original, out.name, feeds, ref, got, _run_reference,
+                                                            as_float64)):
                         raise
                     into.closer += closer
 

@@ -558,6 +558,7 @@ def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> Non
     an optimized model that decides as the float64 model does is excused (fuzz case 9483), one that decides
     otherwise is not, and neither is a difference in an output that is no comparison."""
     from evonnx.excuses import decided_as_in_float64
+    from evonnx.references import as_float64
     from evonnx.verify import _run_reference
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])
@@ -572,8 +573,8 @@ def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> Non
     truth = np.sum(feeds["x"].astype(np.float64)) >= feeds["x"].astype(np.float64)  # the sum is 8 in float64
     onnxruntime = truth.copy()
     onnxruntime[1] = ~onnxruntime[1]  # as a float32 order that sums to 3.5 decides 3.5 >= 4
-    assert decided_as_in_float64(model, "ge", feeds, onnxruntime, truth, _run_reference) == 1
+    assert decided_as_in_float64(model, "ge", feeds, onnxruntime, truth, _run_reference, as_float64) == 1
     wrong = onnxruntime.copy()
     wrong[3] = ~wrong[3]  # another element, where onnxruntime decided as float64 does
-    assert decided_as_in_float64(model, "ge", feeds, onnxruntime, wrong, _run_reference) == 0
-    assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~truth, _run_reference) == 0
+    assert decided_as_in_float64(model, "ge", feeds, onnxruntime, wrong, _run_reference, as_float64) == 0
+    assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~truth, _run_reference, as_float64) == 0
