@@ -336,12 +336,28 @@ def binary(name: str, a: Expr, b: Expr) -> Expr:
         folded = _fold_binary(name, a, b, dtype)
         if folded is not None:
             return folded
+    if name in LOGIC and (isinstance(a, Const) or isinstance(b, Const)):
+        return _fold_logic(name, a, b)
     pa, pb = _as_index(a), _as_index(b)
     if pa is not None and pb is not None:
         folded2 = _fold_index(name, pa, pb)
         if folded2 is not None:
             return folded2
     return Op(name, (a, b), dtype)
+
+
+def _fold_logic(name: str, a: Expr, b: Expr) -> Expr:
+    """And, Or or Xor with one constant operand: `x & 0` is 0, `x & 1` is x, and so on. The other operand is
+    pure (a kernel's expressions have no effects: integer divisions that may fail are kernel outputs computed
+    whole, `analyze.computed_whole`), so dropping it changes nothing but the reads. A ScatterND's in-range test
+    of constant indices ends in such a term, and left unfolded its Where kept a dead branch whose reads (volatile,
+    `cprint`) ran at every element."""
+    v, x = (bool(a.value), b) if isinstance(a, Const) else (bool(b.value) if isinstance(b, Const) else False, a)
+    if name == "and":
+        return x if v else Const(False, "bool")
+    if name == "or":
+        return Const(True, "bool") if v else x
+    return unary("not", x) if v else x
 
 
 def unary(name: str, a: Expr) -> Expr:

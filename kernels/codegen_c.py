@@ -12,6 +12,7 @@ The pieces, loops and temporaries are worked out by `schedule`, which the CUDA p
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from evonnx.expr import (
 )
 from evonnx.index import (
     SIZE_MAX,
+    Atom,
     FloorDiv,
     Mod,
     Poly,
@@ -103,10 +105,15 @@ class _Kernel:
 
     def _add_task(self, loops: list[Poly], members: list[tuple[int, KernelOutput, int, Piece, Expr, Poly]]) -> None:
         exts = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
-        unroll = None
-        if loops and exts[-1].const is not None and exts[-1].const <= MAX_UNROLL:
-            unroll = loops.pop()
+        # the trailing loops of constant extents whose product is at most MAX_UNROLL are unrolled (a box's 4
+        # coordinates, or 2 x 2 once a stride-2 slice assignment split them: `schedule._modular`)
+        unrolls: list[Poly] = []
+        width = 1
+        while loops and (n := exts[-1].const) is not None and width * n <= MAX_UNROLL:
+            unrolls.insert(0, loops.pop())
             exts.pop()
+            width *= n
+        unroll = unrolls[-1] if unrolls else None
         inner = loops.pop() if loops else None
         inner_ext = exts.pop() if inner is not None else Poly.of(1)
         outer, outer_ext = loops, exts
@@ -124,18 +131,18 @@ class _Kernel:
             cvars[inner.atom()] = "j"  # type: ignore[index]
         roots: list[tuple[Poly, Expr]] = []
         targets: list[tuple[int, str]] = []
-        ua = unroll.atom() if unroll is not None else None
+        uas = [loop_var(lp) for lp in unrolls]
         for oi, o, _, _, expr, pos in members:
-            for u in range(ua.extent.const if isinstance(ua, Var) else 1):  # type: ignore[arg-type]
-                m = {ua: Poly.of(u)} if ua is not None else {}
+            for us in itertools.product(*(range(int(ua.extent.const or 0)) for ua in uas)):
+                m: dict[Atom, Poly] = {ua: Poly.of(u) for ua, u in zip(uas, us)}
                 roots.append((subs(pos, m), substitute(expr, m)))
                 targets.append((oi, o.dtype))
+        unrolled = Poly.of(width) if uas else None
         for _, e in roots:
             self.tables.collect(e)
         lane = lane_axis(outer, inner, [e for _, e in roots]) if inner is not None else None
         if inner is not None and lane is not None:
-            self._add_lane_task(outer, outer_ext, inner, inner_ext, lane, roots, targets, members,
-                                ua.extent if isinstance(ua, Var) else None)
+            self._add_lane_task(outer, outer_ext, inner, inner_ext, lane, roots, targets, members, unrolled)
             return
         names = Names(cvars, self.sym_names, self.tables.names)
         row_body, body = _body(roots, targets, names, loop_var(inner) if inner is not None else None)
@@ -146,7 +153,7 @@ class _Kernel:
         parts = "; ".join(f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
                           + ")" for oi, o, pi, piece, _, _ in members)
         note = parts + "; loops " + " ".join(f"{cvars[v]}<{v.extent}" for v in looped) + (
-            f", {ua.extent} unrolled" if isinstance(ua, Var) else "")
+            f", {unrolled} unrolled" if unrolled is not None else "")
         self.tasks.append(template("task.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
             range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,

@@ -6,7 +6,7 @@ only print them."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from evonnx.errors import InternalError
@@ -42,11 +42,9 @@ from evonnx.index import (
     subs,
     var,
 )
+from evonnx.kernels.periodic import MAX_UNROLL, divides, offset_var, periods
 from evonnx.records import KernelOutput
 from evonnx.view import View
-
-MAX_UNROLL = 8
-
 
 MAX_PIECES = 64
 
@@ -54,7 +52,8 @@ MAX_PIECES = 64
 _MAX_DEPTH = 12  # operations in one C expression before a temporary
 
 
-def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = ()) -> dict[Var, set[Poly]]:
+def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = (),
+                  periods: Mapping[Var, int] | None = None) -> dict[Var, set[Poly]]:
     """Loop positions where a select on a single loop index changes branch.
 
     A condition may also name the `unrolled` axes (the small last axis, unrolled per element): it is taken at each
@@ -91,9 +90,13 @@ def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = ()) -
             for v, point, coeff in _linear_points(diff, vars_):
                 shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff == 1 else (
                     {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
-                out.setdefault(v, set()).add(point + shift)
-                if cond.op == "eq":
-                    out[v].add(point + 1)
+                found = {point + shift} | ({point + 1} if cond.op == "eq" else set())
+                if periods and v in periods:
+                    # only points in phase with v's period, never a remainder's wrap points (`_modular`)
+                    if any(isinstance(a, Mod) for a in diff.atoms()):
+                        continue
+                    found = {p for p in found if divides(periods[v], p)}
+                out.setdefault(v, set()).update(found)
     return out
 
 
@@ -178,7 +181,7 @@ def pieces(o: KernelOutput) -> list[Piece]:
     vars_ = [a for p in o.index if (a := p.atom()) is not None and isinstance(a, Var)]
     unrolled = [a for k, p in enumerate(o.index) if isinstance(a := p.atom(), Var)
                 and (n := o.shape[k].const) is not None and n <= MAX_UNROLL]
-    points = _split_points(o.expr, vars_, unrolled)
+    points = _split_points(o.expr, vars_, unrolled, periods(o.expr, vars_))
     per_axis: list[list[tuple[Poly, Poly]]] = []
     for k, p in enumerate(o.index):
         v = p.atom()
@@ -212,7 +215,7 @@ def _refine(o: KernelOutput, ranges: tuple[tuple[Poly, Poly], ...], depth: int
     except (InternalError, ZeroDivisionError):
         return [ranges]
     unrolled = [a for a in local.values() if (n := a.extent.const) is not None and n <= MAX_UNROLL]
-    points = _split_points(expr, list(local.values()), unrolled)
+    points = _split_points(expr, list(local.values()), unrolled, periods(expr, list(local.values())))
     per_axis: list[list[tuple[Poly, Poly]]] = []
     split = False
     for k, (lo, hi) in enumerate(ranges):
@@ -351,8 +354,8 @@ def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], E
             for p in polys(x):
                 for a in p.atoms():
                     if isinstance(a, (FloorDiv, Mod)):
-                        v = a.num.atom()
-                        if isinstance(v, Var) and Poly.of(v) in loops and a.den.const != 1:
+                        v = offset_var(a.num, loops)
+                        if v is not None and a.den.const != 1:
                             q = floordiv(v.extent, a.den)
                             if q * a.den == v.extent and not isinstance(q.atom(), FloorDiv):
                                 found = (v, a.den, q)
