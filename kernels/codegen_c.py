@@ -106,7 +106,7 @@ class _Kernel:
     def _add_task(self, loops: list[Poly], members: list[tuple[int, KernelOutput, int, Piece, Expr, Poly]]) -> None:
         exts = [lp.atom().extent for lp in loops]  # type: ignore[union-attr]
         # the trailing loops of constant extents whose product is at most MAX_UNROLL are unrolled (a box's 4
-        # coordinates, or 2 x 2 once a stride-2 slice assignment split them: `schedule._modular`)
+        # coordinates, or 2 x 2 once a stride-2 slice assignment split them: `periodic.periods`)
         unrolls: list[Poly] = []
         width = 1
         while loops and (n := exts[-1].const) is not None and width * n <= MAX_UNROLL:

@@ -53,7 +53,7 @@ _MAX_DEPTH = 12  # operations in one C expression before a temporary
 
 
 def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = (),
-                  periods: Mapping[Var, int] | None = None) -> dict[Var, set[Poly]]:
+                  period: Mapping[Var, int] | None = None) -> dict[Var, set[Poly]]:
     """Loop positions where a select on a single loop index changes branch.
 
     A condition may also name the `unrolled` axes (the small last axis, unrolled per element): it is taken at each
@@ -91,11 +91,11 @@ def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = (),
                 shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff == 1 else (
                     {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
                 found = {point + shift} | ({point + 1} if cond.op == "eq" else set())
-                if periods and v in periods:
-                    # only points in phase with v's period, never a remainder's wrap points (`_modular`)
+                if period and v in period:
+                    # only points in phase with v's period, never a remainder's wrap points (`periodic.periods`)
                     if any(isinstance(a, Mod) for a in diff.atoms()):
                         continue
-                    found = {p for p in found if divides(periods[v], p)}
+                    found = {p for p in found if divides(period[v], p)}
                 out.setdefault(v, set()).update(found)
     return out
 
