@@ -173,7 +173,8 @@ class Op(_Shared):
 @dataclass(frozen=True, slots=True, eq=False)
 class Reduce(_Shared):
     """`op` of `body` over the loop variable `var` (bound here): sum, prod, max, min, argmax, argmin, or dot (a
-    sum of the products `body` is, as one fma chain: MatMul)."""
+    sum of the products `body` is, as one fma chain: MatMul); the C kernels also search with first and last (the
+    first or last position where a bool `body` holds, else 0: `kernels/share.py`'s ArgMax)."""
 
     op: str
     var: Poly  # a Var atom

@@ -62,6 +62,7 @@ from evonnx.kernels.schedule import (
     tile_axis,
     unguarded_reductions,
 )
+from evonnx.kernels.share import Canon, argmax_from_max
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
@@ -80,6 +81,7 @@ class _Kernel:
         self.tables = Tables(spec.name)
         self.tasks: list[str] = []
         self.runs: list[str] = []
+        self.canon = Canon()  # equal reductions as one expression, across the kernel's tasks (share.py)
 
     def add_outputs(self, outputs: Sequence[KernelOutput]) -> None:
         """One task function per set of (output, piece) pairs with the same loops: outputs computed over one
@@ -140,10 +142,14 @@ class _Kernel:
         unrolled = Poly.of(width) if uas else None
         for _, e in roots:
             self.tables.collect(e)
+        roots = [(p, self.canon(e)) for p, e in roots]
         lane = lane_axis(outer, inner, [e for _, e in roots]) if inner is not None else None
         if inner is not None and lane is not None:
             self._add_lane_task(outer, outer_ext, inner, inner_ext, lane, roots, targets, members, unrolled)
             return
+        # an ArgMax searches for its ReduceMax (one pass shared with a ReduceMax of the same values); the lane
+        # tasks keep theirs (cprint.lane_reduce computes both per lane in one pass)
+        roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon), strict=True))
         names = Names(cvars, self.sym_names, self.tables.names)
         row_body, body = _body(roots, targets, names, loop_var(inner) if inner is not None else None)
         fname = f"{self.spec.name}_task{len(self.runs)}"

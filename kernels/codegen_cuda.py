@@ -45,6 +45,7 @@ from evonnx.kernels.printing import (
     template,
 )
 from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, temporaries
+from evonnx.kernels.share import Canon
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View
 
@@ -71,6 +72,7 @@ class _CudaKernel:
         self.syms, self.sym_names = kernel_symbols(spec)  # as the CPU side names them, so both bind alike
         self.tables = Tables(spec.name, "__device__ ")
         self.pieces: list[_CudaPiece] = []
+        self.canon = Canon()  # equal reductions as one expression (share.py), named as the CPU side names them
         for oi, o in enumerate(spec.outputs):
             o = nonempty_view(o)
             out_view = View.dense(o.shape)
@@ -95,7 +97,7 @@ class _CudaKernel:
         roots: list[tuple[Poly, Expr]] = []
         for u in range(unroll.extent.const if isinstance(unroll, Var) else 1):  # type: ignore[arg-type]
             m = {unroll: Poly.of(u)} if unroll is not None else {}
-            roots.append((subs(pos, m), substitute(expr, m)))
+            roots.append((subs(pos, m), self.canon(substitute(expr, m))))
         for _, e in roots:
             self.tables.collect(e)
         names = Names(cvars, self.sym_names, self.tables.names, index_type="I")

@@ -175,6 +175,10 @@ def _reduce_code(e: Reduce, r: str, ext: str, body: str, inner: Sequence[str], s
     def pragma(op: str, acc: str) -> list[str]:
         return [f'_Pragma("omp simd reduction({op}:{acc})")'] if simd else []
 
+    if e.op in ("first", "last"):
+        # the first (last) position where the bool body holds, else 0 (share.argmax_from_max: an ArgMax's search)
+        scan = loop if e.op == "first" else f"for (int64_t {r} = {ext} - 1; {r} >= 0; --{r})"
+        return [f"int64_t {r}_at = 0;", *_loop(scan, [*value, f"if ({r}_v) {{ {r}_at = {r}; break; }}"])], f"{r}_at"
     if simd and e.op in ("argmax", "argmin"):
         # onnxruntime starts from element 0 and takes a strictly better one: NaN at 0 gives 0, a later NaN is
         # skipped. The vectorised extreme skips NaN too (a NaN never compares better), then the scan finds its index.

@@ -1,0 +1,118 @@
+"""Reductions a kernel computes once: the same reduction reached twice, and an ArgMax reading its ReduceMax.
+
+Every lowering of a reduction binds a loop variable of its own (`lazy.fresh_var`), so two consumers of one
+ReduceMax, or a ReduceMax and an ArgMax of the same values (torch's `max(dim)` exports both, and a score filter
+tests the max and stores it too), reach reductions that are equal but for the name of that variable. The
+temporaries (`schedule.temporaries`) share only equal expressions, so each was its own pass over the row: a
+YOLO score filter read its 80 class scores four times per box. `Canon` names every reduction's variable by its
+place among the reductions nested in it, so equal reductions become one expression, computed once.
+
+`argmax_from_max` then computes an ArgMax/ArgMin from the extreme it selects, as one more reduction of the same
+values: the index is the first (with `select_last_index`, the last) position holding the ReduceMax/ReduceMin value,
+and 0 where there is none. That is onnxruntime's rule exactly: it starts from element 0 and takes a strictly
+greater one (`>=` for the last index), so a later NaN never wins, a NaN at element 0 keeps index 0 (the
+ReduceMax is NaN then, which equals nothing), and -0 and +0 tie. The max is shared with a ReduceMax of the same
+values where the kernel has one, and the search stops at the first match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evonnx.expr import Expr, Op, Reduce, binary, children, substitute, walk
+from evonnx.index import Poly, Var
+
+
+class Canon:
+    """Rewrites expressions so that reductions equal up to the names of their loop variables are equal: each
+    variable is named after its reduction's height (1 + the height of the reductions nested in its body, 0 for
+    none) and extent, bottom up. A reduction and one nested in it never share a name, so the renaming captures
+    nothing; siblings may share one, as a C loop variable may be reused. One instance per kernel."""
+
+    def __init__(self) -> None:
+        self._memo: dict[Expr, Expr] = {}
+        self._height: dict[Expr, int] = {}
+
+    def __call__(self, e: Expr) -> Expr:
+        memo, height = self._memo, self._height
+        for x in walk(e):
+            if x in memo:
+                continue
+            if isinstance(x, Op):
+                args = tuple(memo[a] for a in x.args)
+                memo[x] = x if all(a is b for a, b in zip(args, x.args, strict=True)) else Op(x.op, args, x.dtype,
+                                                                                               x.attr)
+                height[x] = max((height[a] for a in x.args), default=0)
+            elif isinstance(x, Reduce):
+                memo[x] = self._reduce(x.op, x.bound(), memo[x.body], x.dtype, x.attr, height[x.body])
+                height[x] = height[x.body] + 1
+            else:
+                memo[x] = x
+                height[x] = 0
+            height[memo[x]] = height[x]
+        return memo[e]
+
+    def _reduce(self, op: str, v: object, body: Expr, dtype: str, attr: int, inner: int) -> Reduce:
+        assert isinstance(v, Var)
+        name = Var(f"_k{inner}", v.extent)  # lazy.fresh_var's names are _r<n>
+        return Reduce(op, Poly.of(name), body if name == v else substitute(body, {v: Poly.of(name)}), dtype, attr)
+
+    def extreme(self, arg: Reduce) -> Reduce:
+        """The ReduceMax (ReduceMin) of the values ArgMax (ArgMin) `arg` reduces, named as `Canon` names it."""
+        v = arg.bound()
+        assert isinstance(v, Var)
+        inner = self._height[arg] - 1
+        red = self._reduce("max" if arg.op == "argmax" else "min", v, arg.body, arg.body.dtype, 0, inner)
+        self._memo.setdefault(red, red)
+        self._height.setdefault(red, inner + 1)
+        return red
+
+
+def _top_level(roots: Sequence[Expr]) -> set[Expr]:
+    """The nodes reached from `roots` only outside reduction bodies and guarded select branches: a reduction
+    computed once per element, before the statement that reads it."""
+    top: set[Expr] = set()
+    deep: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False) for e in roots]
+    while stack:
+        x, inside = stack.pop()
+        seen = deep if inside else top
+        if x in seen:
+            continue
+        seen.add(x)
+        kids = children(x)
+        for k, a in enumerate(kids):
+            stack.append((a, inside or isinstance(x, Reduce) or (isinstance(x, Op) and x.attr == "guard" and k > 0)))
+    return top - deep
+
+
+def argmax_from_max(roots: Sequence[Expr], canon: Canon) -> list[Expr]:
+    """`roots` (in `canon`'s names) with each top-level ArgMax/ArgMin computed as the first (last) index of its
+    extreme: Reduce("first"/"last", v, body == extreme). Only at the top level: inside another reduction or a
+    guarded branch the extreme would not be hoisted out of the search's loop (`schedule.temporaries` hoists what
+    does not depend on a reduction's variable only where it is computed unconditionally)."""
+    top = _top_level(roots)
+    swap: dict[Expr, Expr] = {}
+    for x in top:
+        if isinstance(x, Reduce) and x.op in ("argmax", "argmin"):
+            found = binary("eq", x.body, canon.extreme(x))
+            swap[x] = Reduce("last" if x.attr else "first", x.var, found, x.dtype)
+    if not swap:
+        return list(roots)
+    memo: dict[Expr, Expr] = {}
+    out = []
+    for e in roots:
+        for x in walk(e):
+            if x in swap:
+                memo[x] = swap[x]
+            elif isinstance(x, Op):
+                args = tuple(memo[a] for a in x.args)
+                memo[x] = x if all(a is b for a, b in zip(args, x.args, strict=True)) else Op(x.op, args, x.dtype,
+                                                                                               x.attr)
+            elif isinstance(x, Reduce):
+                body = memo[x.body]
+                memo[x] = x if body is x.body else Reduce(x.op, x.var, body, x.dtype, x.attr)
+            else:
+                memo[x] = x
+        out.append(memo[e])
+    return out
