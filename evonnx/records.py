@@ -53,6 +53,9 @@ class KernelOutput:
     index: tuple[Poly, ...]  # the loop variables, one per axis (a size-1 axis has the constant 0)
     expr: Expr  # the element at `index`
     reads: tuple[str, ...]  # human-readable views it reads, for the kernel's header comment
+    # The shape onnxruntime gives this output where it has no element, when that one differs (its rank too): a
+    # ReduceMax(axes=[-1], keepdims=0) of an empty input keeps the input's shape (lazy.Lazy.empty_shape)
+    empty_shape: tuple[Poly, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ def kernel_fingerprint(spec: KernelSpec) -> str:
         put("check", c.kind, str(c.lhs), str(c.rhs), str(c.unless))
     for o in spec.outputs:
         put("out", o.name, o.dtype, tuple(map(str, o.shape)), tuple(map(str, o.index)))
+        if o.empty_shape is not None:
+            put("empty", tuple(map(str, o.empty_shape)))
         ids: dict[Expr, int] = {}
         for x in walk(o.expr):
             ids[x] = len(ids)

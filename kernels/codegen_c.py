@@ -481,6 +481,11 @@ def _kernel_source(spec: KernelSpec) -> str:
                     f"cannot infer -1 from 0 elements)\");\n"
                     f"        return 1;\n    }}")
             out_dims.append(f"    out_dims[{oi}][{a}] = {print_poly(d, names)};")
+        if o.empty_shape is not None:  # onnxruntime's shape where the output is empty (records.KernelOutput)
+            dims = [f"out_dims[{oi}][{a}] = {print_poly(d, names)};" for a, d in enumerate(o.empty_shape)]
+            out_dims.append(f"    if ({print_poly(product(o.shape), names)} == 0) {{\n"
+                            f"        out_ranks[{oi}] = {len(o.empty_shape)};\n"
+                            + "".join(f"        {d}\n" for d in dims) + "    }")
     ctx_fill = [f"    c.in[{si}] = a->inputs[{si}];" for si in range(len(spec.inputs))]
     ctx_fill += [f"    c.out[{oi}] = a->outputs[{oi}];" for oi in range(len(spec.outputs))]
     ctx_fill += [f"    c.sym[{n}] = {k.sym_names[s]};" for n, s in enumerate(k.syms)]

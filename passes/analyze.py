@@ -49,7 +49,8 @@ class TensorInfo:
     # kernel that reads the derived value checks them, since the nodes that would have failed on them may be gone
     checks: tuple[SizeCheck, ...] = ()
     uniform: frozenset[int] = frozenset()  # axes every element along which is the same (lazy.Lazy.uniform)
-    # its rank at run time may differ from the model's (downstream of a lazy.RankQuirk): shape None, never fused
+    # its rank at run time may differ from the model's (downstream of a lazy.RankQuirk, or a reduction whose
+    # kernel gives onnxruntime's shape of an empty input: lazy.Lazy.empty_shape): nothing after it is fused
     rank_quirk: bool = False
 
     @property
@@ -283,7 +284,8 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
             # A constant may hold only under a run-time condition (Shape of a Reshape whose -1 needs elements, an
             # empty Gather whose indices must still fit a symbolic axis): its checks stay with it, a kernel that
             # reads it checks them, and rewrite does not fold the node away.
-            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, checks, lz.uniform)
+            an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, checks, lz.uniform,
+                                            rank_quirk=lz.empty_shape is not None)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
     if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or any(
@@ -403,6 +405,9 @@ def _lower_standalone(node: gs.Node, an: Analysis) -> list[Lazy] | Reject:
         info = an.tensors.get(t.name)
         if info is None or info.shape is None or info.dtype is None:
             return Reject(f"input {k} ('{t.name}') has an unknown or unsupported type or rank")
+        if info.rank_quirk:
+            # a kernel output whose rank onnxruntime changes where it is empty (lazy.Lazy.empty_shape)
+            return L.RankQuirk(f"input {k} ('{t.name}') has another rank where it is empty, in onnxruntime")
         vals.append(info.value)
         args.append(info.value.lazy() if info.value is not None else L.source(k, info.dtype, info.shape, info.uniform))
     try:

@@ -62,6 +62,11 @@ class Lazy:
     # Axes along which every element is the same value, so that a broadcast may read them at 0: a reduced axis of
     # size 1, or of onnxruntime's input size on an empty input (see lower_reduce._empty_quirk).
     uniform: frozenset[int] = frozenset()
+    # The shape onnxruntime gives this tensor where it has no element, when that one differs, rank included: a
+    # reduction with keepdims=0 of axes written negatively and of static sizes keeps an empty input's shape
+    # (lower_reduce._empty_shape). Nothing is fused after such a tensor (analyze: rank_quirk); a kernel gives the
+    # shape as its output.
+    empty_shape: tuple[Poly, ...] | None = None
 
     def __post_init__(self) -> None:
         # Element functions compose along chains that reconverge (a tensor read by two branches); memoizing by

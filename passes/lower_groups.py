@@ -124,7 +124,7 @@ def lower_group(g: gs.Graph, group: FusionGroup, an: Analysis, needed: set[str])
             # an empty tensor is 0 by convention and a Slice behind it may map 0 past what it reads (a Gather's
             # table of 4 read at 5; fuzz seed 210028)
             e = const(0, lz.dtype) if any(d.const == 0 for d in lz.shape) else lz.fn(index)
-            outputs.append(KernelOutput(t.name, lz.dtype, lz.shape, index, e, tuple(_reads(e))))
+            outputs.append(KernelOutput(t.name, lz.dtype, lz.shape, index, e, tuple(_reads(e)), lz.empty_shape))
     if not outputs:
         return None
     inputs = [KernelInput(name, an.tensors[name].dtype or "", an.tensors[name].shape or ()) for name in slots]
@@ -145,7 +145,7 @@ def _syms_of(outputs: Sequence[KernelOutput], inputs: Sequence[KernelInput],
     for c in checks:
         out |= c.lhs.syms() | c.rhs.syms() | (c.unless.syms() if c.unless is not None else set())
     for o in outputs:
-        for d in o.shape:
+        for d in (*o.shape, *(o.empty_shape or ())):
             out |= d.syms()
         for x in walk(o.expr):
             if isinstance(x, Load):

@@ -30,11 +30,12 @@ def _empty_quirk(op: str, x: Lazy, axes: Sequence[int], quirk: set[int], keep: i
     as written, so an axis written negatively is not reduced but kept at its input size. ReduceMax(x[0, 5],
     axes=[-1], keepdims=1) is [0, 5], not [0, 1]; ArgMax(x[5, 0], axis=-1) is [5, 0], not an error (see
     tests/security/sec_models.py). With keepdims=1 that is an output size `numel == 0 ? d : 1` for each such axis
-    (returned per axis); with keepdims=0 the rank changes, which a fused kernel cannot do, so the node stays with
-    onnxruntime unless the input can never be empty."""
+    (returned per axis). With keepdims=0 the rank changes: where every reduced axis has a static size of at least
+    1, the input is empty exactly where the output is, and the kernel gives that output onnxruntime's shape then
+    (`_empty_shape`); otherwise the node stays with onnxruntime unless the input can never be empty."""
     if not quirk or all((d.const or 0) > 0 for d in x.shape):
         return {}
-    if not keep:
+    if not keep and not all((x.shape[a].const or 0) > 0 for a in axes):
         raise L.RankQuirk(f"{op} with negative axes keeps the input's shape on an empty input in onnxruntime")
     if all(x.shape[k].const is not None for k in range(x.rank) if k not in axes):
         # The spec's result shape is static, so onnxruntime's memory planner may have given the output a buffer of
@@ -42,8 +43,19 @@ def _empty_quirk(op: str, x: Lazy, axes: Sequence[int], quirk: set[int], keep: i
         # buffer"), or not, as its plan goes.
         raise Reject(f"{op} with negative axes of an input that can be empty: onnxruntime's result depends on its "
                      "memory plan")
+    if not keep:
+        return {}
     empty = Poly.of(1) - pmin(product(x.shape), Poly.of(1))
     return {a: Poly.of(1) + empty * (x.shape[a] - Poly.of(1)) for a in quirk}
+
+
+def _empty_shape(x: Lazy, axes: Sequence[int], quirk: set[int], keep: int) -> tuple[Poly, ...] | None:
+    """onnxruntime's shape of a keepdims=0 reduction of an empty `x` where it differs from the spec's (its axes
+    written negatively kept at their input sizes, `_empty_quirk`), or None. Its reduced axes have static sizes
+    (`_empty_quirk` leaves the node otherwise), so the output is empty exactly where the input is."""
+    if keep or not quirk or all((d.const or 0) > 0 for d in x.shape):
+        return None
+    return tuple(d for k, d in enumerate(x.shape) if k not in axes or k in quirk)
 
 
 # ReduceL1/L2/SumSquare/LogSum/LogSumExp: a sum of a transformed element, then a final transform (spec formulas)
@@ -76,6 +88,7 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
             if x.shape[a].const == 0:
                 raise Reject(f"{op} over an empty axis")
         kept = _empty_quirk(op, x, axes, quirk, keep)
+        empty_shape = _empty_shape(x, axes, quirk, keep)
         shape = tuple(kept.get(k, Poly.of(1)) if k in axes else d for k, d in enumerate(x.shape)
                       if keep or k not in axes)
         count = product(x.shape[a] for a in axes)
@@ -127,7 +140,7 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
                 out = E.binary("div", out, E.cast(E.index_val(pmax(count, Poly.of(1))), x.dtype))
             return out
 
-        return [Lazy(x.dtype, shape, fn, uniform=frozenset(kept))]
+        return [Lazy(x.dtype, shape, fn, uniform=frozenset(kept), empty_shape=empty_shape)]
     return f
 
 
@@ -171,7 +184,9 @@ def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
         axis = norm_axis(written, x.rank, op)
         keep = int(attrs.get("keepdims", 1))
         last = int(attrs.get("select_last_index", 0))
-        kept = _empty_quirk(op, x, [axis], {axis} if written < 0 else set(), keep)
+        quirk = {axis} if written < 0 else set()
+        kept = _empty_quirk(op, x, [axis], quirk, keep)
+        empty_shape = _empty_shape(x, [axis], quirk, keep)
         shape = tuple(kept.get(k, Poly.of(1)) if k == axis else d for k, d in enumerate(x.shape)
                       if keep or k != axis)
         # onnxruntime fails an arg-reduction over an empty axis when the result is not empty
@@ -189,7 +204,7 @@ def _arg_extreme(kind: str) -> Callable[..., list[Lazy]]:
                 return Const(0, "int64")
             return E.Reduce(kind, v, x.fn(tuple(full)), "int64", last)
 
-        return [Lazy("int64", shape, fn, uniform=frozenset(kept))]
+        return [Lazy("int64", shape, fn, uniform=frozenset(kept), empty_shape=empty_shape)]
     return f
 
 

@@ -51,7 +51,9 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
             t = tensors[o.name]
             t.dtype = np.dtype(o.dtype)
             t.shape = [_dim(d, an) for d in o.shape]
-            if spec.checks and any(c.op in ("Shape", "Size") for c in t.outputs):
+            if o.empty_shape is not None:
+                t.shape = None  # its rank is another where it is empty (KernelOutput.empty_shape)
+            elif spec.checks and any(c.op in ("Shape", "Size") for c in t.outputs):
                 # onnxruntime folds Shape of a declared static shape and then never runs the kernel, whose size
                 # checks the original would have failed on (a Mul of N against M read only through a Slice's
                 # shape): the dims stay undeclared, so that the kernel runs

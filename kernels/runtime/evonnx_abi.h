@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define EVO_ABI_VERSION 3
+#define EVO_ABI_VERSION 4
 #define EVO_ERRLEN 512
 #define EVO_MAX_RANK 16
 /* Threads per block of every CUDA launch; the generated __global__ functions declare it as their bound. */
@@ -74,11 +74,14 @@ typedef struct evo_kernel {
     const int32_t *input_types;         /* expected ONNX element type per input; 0 = any (read for its shape) */
     const int32_t *input_ranks;         /* expected rank per input */
     const int32_t *output_types;        /* ONNX element type per output */
-    const int32_t *output_ranks;        /* rank per output */
-    /* Checks the input shapes and computes every output's dims into out_dims[o][0 .. output_ranks[o]).
+    const int32_t *output_ranks;        /* rank per output, as the model declares it */
+    /* Checks the input shapes and computes every output's dims into out_dims[o][0 .. out_ranks[o]). The runtime
+     * sets out_ranks[o] to output_ranks[o] first; infer may change it (at most EVO_MAX_RANK) for an output that
+     * onnxruntime gives another rank where it has no element (ABI 4: a ReduceMax(axes=[-1], keepdims=0) of an
+     * empty input keeps the input's shape in onnxruntime 1.31).
      * Returns 0, or non-zero after writing a message (naming the kernel and what was wrong) into err. */
     int (*infer)(const int64_t *const *input_dims, const int32_t *input_ranks, int64_t *const *out_dims,
-                 char *err);
+                 int32_t *out_ranks, char *err);
     /* Computes every output. Returns 0, or non-zero after writing a message into err. */
     int (*compute)(const evo_args *args, char *err);
     /* The CUDA side of this kernel, or NULL when the library was built for the CPU only. */

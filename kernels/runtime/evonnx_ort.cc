@@ -320,12 +320,14 @@ struct NodeIo {
           outputs(num_outputs),
           output_values(num_outputs),
           output_dims(num_outputs),
+          output_ranks(num_outputs),
           dims((num_inputs + num_outputs) * EVO_MAX_RANK) {}
     SmallArray<const void*, kInlineTensors> inputs;
     SmallArray<const int64_t*, kInlineTensors> input_dims;
     SmallArray<void*, kInlineTensors> outputs;
     SmallArray<OrtValue*, kInlineTensors> output_values;
     SmallArray<int64_t*, kInlineTensors> output_dims;
+    SmallArray<int32_t, kInlineTensors> output_ranks;
     SmallArray<int64_t, kInlineTensors * EVO_MAX_RANK> dims;
 };
 
@@ -366,13 +368,20 @@ OrtStatus* prepare_io(const FusedKernel& fk, OrtKernelContext* context, NodeIo& 
         io.inputs[i] = data;
     }
 
-    for (size_t o = 0; o < num_outputs; ++o) io.output_dims[o] = io.dims.data() + (num_inputs + o) * EVO_MAX_RANK;
-    if (k.infer(io.input_dims.data(), k.input_ranks, io.output_dims.data(), err) != 0) {
+    for (size_t o = 0; o < num_outputs; ++o) {
+        io.output_dims[o] = io.dims.data() + (num_inputs + o) * EVO_MAX_RANK;
+        io.output_ranks[o] = k.output_ranks[o];
+    }
+    if (k.infer(io.input_dims.data(), k.input_ranks, io.output_dims.data(), io.output_ranks.data(), err) != 0) {
         return kernel_error(api, ORT_INVALID_ARGUMENT, fk, "infer", err);
     }
 
     for (size_t o = 0; o < num_outputs; ++o) {
-        const size_t rank = static_cast<size_t>(k.output_ranks[o]);
+        if (io.output_ranks[o] < 0 || io.output_ranks[o] > EVO_MAX_RANK) {
+            return make_status(api, ORT_FAIL, "evonnx: node '%s': kernel '%s' inferred rank %d for output %zu",
+                               fk.node_name.c_str(), k.name, static_cast<int>(io.output_ranks[o]), o);
+        }
+        const size_t rank = static_cast<size_t>(io.output_ranks[o]);
         for (size_t d = 0; d < rank; ++d) {
             if (io.output_dims[o][d] < 0) {
                 return make_status(api, ORT_FAIL,

@@ -14,8 +14,9 @@ typedef struct ${kernel}_ctx {
 } ${kernel}_ctx;
 $tables$tasks
 static int ${kernel}_infer(const int64_t *const *in_dims, const int32_t *in_ranks, int64_t *const *out_dims,
-                           char *err) {
+                           int32_t *out_ranks, char *err) {
     (void)in_ranks;
+    (void)out_ranks;
 $sym_binding
 $checks
 $out_dims

@@ -15,7 +15,9 @@ enum { FLOAT = 1, INT64 = 7, BOOL = 9 };
 static const int32_t add_in_types[] = {FLOAT, INT64}, add_in_ranks[] = {2, 1};
 static const int32_t add_out_types[] = {FLOAT, BOOL}, add_out_ranks[] = {2, 1};
 
-static int add_infer(const int64_t *const *in, const int32_t *ranks, int64_t *const *out, char *err) {
+static int add_infer(const int64_t *const *in, const int32_t *ranks, int64_t *const *out, int32_t *out_ranks,
+                       char *err) {
+    (void)out_ranks;
     (void)ranks;
     if (in[0][1] != 4) {
         snprintf(err, EVO_ERRLEN, "k_add_index: input 0 dim 1 is %lld, expected 4", (long long)in[0][1]);
@@ -65,7 +67,9 @@ static void scale_rows(void *data, size_t task) {
     for (int64_t i = (int64_t)task * ROWS_PER_TASK * 4; i < end * 4; ++i) t->y[i] = 2.0f * t->x[i] + 1.0f;
 }
 
-static int scale_infer(const int64_t *const *in, const int32_t *ranks, int64_t *const *out, char *err) {
+static int scale_infer(const int64_t *const *in, const int32_t *ranks, int64_t *const *out, int32_t *out_ranks,
+                       char *err) {
+    (void)out_ranks;
     (void)ranks;
     (void)err;
     out[0][0] = in[0][0];
@@ -99,7 +103,9 @@ static void record_thread(void *data, size_t task) {
     ((int64_t *)data)[task] = (int64_t)syscall(SYS_gettid);
 }
 
-static int tid_infer(const int64_t *const *in, const int32_t *ranks, int64_t *const *out, char *err) {
+static int tid_infer(const int64_t *const *in, const int32_t *ranks, int64_t *const *out, int32_t *out_ranks,
+                       char *err) {
+    (void)out_ranks;
     (void)ranks;
     (void)err;
     out[0][0] = in[0][0];

@@ -43,7 +43,10 @@ static void emu_serial_for(void *rt, evo_task_fn fn, void *data, size_t n) {
 }
 int emu_infer(int k, const int64_t *const *in_dims, int64_t *const *out_dims, char *err) {
     const evo_kernel *e = evo_kernel_table[k];
-    return e->infer(in_dims, e->input_ranks, out_dims, err);
+    int32_t ranks[1024];
+    if (e->num_outputs > 1024) return 1;
+    for (int32_t o = 0; o < e->num_outputs; ++o) ranks[o] = e->output_ranks[o];
+    return e->infer(in_dims, e->input_ranks, out_dims, ranks, err);
 }
 int emu_cpu(int k, const void *const *in, const int64_t *const *in_dims, void *const *out,
             const int64_t *const *out_dims, char *err) {

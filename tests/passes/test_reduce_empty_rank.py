@@ -1,0 +1,89 @@
+"""A reduction with keepdims=0 over axes written negatively (torch's `prob[..., :-1].max(-1)` of a DETR head:
+ReduceMax(axes=[-1], keepdims=0) and ArgMax(axis=-1, keepdims=0)) gives, in onnxruntime 1.31, the input's own shape
+where the input is empty: [0, 5, 91], not the spec's [0, 5]. Where the reduced axes have static sizes the input is
+empty exactly where the output is, and the fused kernel gives that shape, rank included (ABI 4: infer sets the
+rank). What reads such a tensor stays with onnxruntime (its rank is not the model's there)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import evonnx
+
+pytestmark = pytest.mark.compiler
+
+C = 12
+
+
+def _model(tmp_path: Path, reduced: int | str = C, downstream: bool = False) -> Path:
+    """x[N, M, reduced] -> Slice(:-1 on the last axis) -> ReduceMax(axes=[-1]), ArgMax(axis=-1), both keepdims=0;
+    with `downstream`, a Cast reads the ArgMax (onnxruntime runs it on the quirk shape)."""
+    nodes = [helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Slice", ["n", "st", "en", "ax"], ["s"]),
+             helper.make_node("ReduceMax", ["s", "ax"], ["scores"], keepdims=0),
+             helper.make_node("ArgMax", ["s"], ["arg"], axis=-1, keepdims=0)]
+    outs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", "M"])]
+    if downstream:
+        nodes.append(helper.make_node("Cast", ["arg"], ["labels"], to=TensorProto.FLOAT))
+        outs.append(helper.make_tensor_value_info("labels", TensorProto.FLOAT, ["N", "M"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["arg"], ["labels"]))
+        outs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, ["N", "M"]))
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("st", [0]), ("en", [-1]), ("ax", [-1]))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "M", reduced])],
+                              outs, inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(path))
+    return path
+
+
+def _compare(src: Path, opt: Path, sizes: list[tuple[int, int, int]]) -> None:
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    got_s = evonnx.load_session(opt)
+    rng = np.random.default_rng(0)
+    for n, m, c in sizes:
+        x = np.round(rng.standard_normal((n, m, c)), 1).astype(np.float32)
+        want = ref.run(None, {"x": x})
+        got = got_s.run(None, {"x": x})
+        for w, g in zip(want, got, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, f"N={n}, M={m}: {g.shape} against {w.shape}"
+            np.testing.assert_array_equal(g, w, err_msg=f"N={n}, M={m}")
+
+
+def _fused(path: Path) -> list[onnx.NodeProto]:
+    return [n for n in onnx.load(str(path)).graph.node if n.domain == "ai.evonnx"]
+
+
+@pytest.mark.parametrize("downstream", [False, True])
+def test_a_kernel_gives_onnxruntimes_shape_of_an_empty_reduction(tmp_path: Path, downstream: bool) -> None:
+    src = _model(tmp_path, downstream=downstream)
+    opt = tmp_path / "m.opt.onnx"
+    evonnx.optimize(src, opt, guard=False, planner="greedy")
+    fused = _fused(opt)
+    assert len(fused) == 1, "the Slice, the ReduceMax and the ArgMax are one kernel"
+    if downstream:  # the Cast reads a tensor whose rank is another where it is empty: onnxruntime runs it
+        assert any(n.op_type == "Cast" for n in onnx.load(str(opt)).graph.node)
+    g = onnx.load(str(opt)).graph
+    inner = {o for n in fused for o in n.output} - {o.name for o in g.output}  # outputs keep what the model says
+    assert bool(inner) == downstream
+    for v in g.value_info:  # a kernel output onnxruntime reads is declared with no rank
+        assert v.name not in inner or not v.type.tensor_type.HasField("shape")
+    _compare(src, opt, [(0, 5, C), (2, 0, C), (0, 0, C), (3, 4, C), (1, 1, C)])
+
+
+def test_a_reduced_axis_that_can_be_empty_is_left_to_onnxruntime(tmp_path: Path) -> None:
+    # over a symbolic axis the output may be non-empty where the input is empty ([2, 3, 0] gives [2, 3, 0] in
+    # onnxruntime, the spec's [2, 3] holds elements): the reduction stays with onnxruntime, as before ABI 4
+    src = _model(tmp_path, reduced="K")
+    opt = tmp_path / "m.opt.onnx"
+    evonnx.optimize(src, opt, guard=False, planner="greedy")
+    kept = {n.op_type for n in onnx.load(str(opt)).graph.node}
+    assert {"ReduceMax", "ArgMax"} <= kept
+    _compare(src, opt, [(2, 3, 1), (0, 3, 4), (2, 3, 5)])
