@@ -209,7 +209,17 @@ EXACT_OPS = ARITH - {"pow"} | COMPARE | LOGIC | UNARY_EXACT | {"where", "cast", 
 
 def is_exact(e: Expr) -> bool:
     """True when every operation of `e` rounds exactly as onnxruntime does (IEEE basic arithmetic)."""
+    rounded: dict[Expr, bool] = {}  # a float16 rounding of float arithmetic at or below the node
     for x in walk(e):
+        below = any(rounded[a] for a in children(x))
+        here = _half_rounding(x)
+        if here and below:
+            # float16 arithmetic on float16 arithmetic: where onnxruntime rounds to float16 inside such a chain
+            # depends on where its graph optimizations leave the Casts it puts around float16 ops (Sub -> Gather ->
+            # Transpose -> Mul rounds after each op at ORT_DISABLE_ALL and once at the end at ORT_ENABLE_ALL; fuzz
+            # case 2554), so such results are compared within float16's tolerance. One op rounded once is exact.
+            return False
+        rounded[x] = here or below
         if isinstance(x, Reduce) and x.op in ("sum", "prod", "dot") and x.dtype in FLOATS:
             # onnxruntime sums floats in its own (vectorised) order, and a MatMul's fma chain is MLAS's on an FMA
             # machine only; max/min/argmax are exact
@@ -218,6 +228,14 @@ def is_exact(e: Expr) -> bool:
                                   or (x.op == "cast" and x.attr == "approx")):
             return False
     return True
+
+
+def _half_rounding(x: Expr) -> bool:
+    """`x` rounds the result of float arithmetic to float16 (not a conversion of a conversion or of a load)."""
+    if not (isinstance(x, Op) and x.op == "cast" and x.dtype == HALF):
+        return False
+    a = x.args[0]
+    return isinstance(a, (Op, Reduce)) and a.dtype in FLOATS and not (isinstance(a, Op) and a.op == "cast")
 
 
 def np_dtype(dtype: str) -> np.dtype:
