@@ -349,6 +349,17 @@ def empty_reduction(op: str, axes: list[int] | int, keep: int, static_rows: bool
     return Regression(model, plans, require_kernel=False, note=f"{op}({axes}, keepdims={keep}) of an empty input")
 
 
+def empty_reduction_static_axis() -> Regression:
+    # ReduceMax(x[N, M, 6], [-1], keepdims=0) and ArgMax(axis=-1, keepdims=0): over a static axis the kernel gives
+    # onnxruntime's [0, M, 6] where N = 0 (ABI 4: infer sets the rank), and the Add after the ArgMax, which reads a
+    # tensor of another rank there, stays with onnxruntime
+    nodes = [node("Neg", ["x"], ["a"]), node("ReduceMax", ["a", "ax"], ["m"], keepdims=0),
+             node("ArgMax", ["a"], ["i"], axis=-1, keepdims=0), node("Add", ["i", "i"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", "M", 6])], [("m", F, 2), ("y", I64, 2)], {"ax": np.array([-1], np.int64)})
+    return Regression(model, [{"N": n, "M": m} for n, m in [(0, 3), (3, 0), (0, 0), (1, 1), (2, 3)]],
+                      note="ReduceMax/ArgMax(-1, keepdims=0) over a static axis of an empty input")
+
+
 # -- values evonnx knows at plan time whose producer onnxruntime still runs -----------------------------------------
 def empty_gather() -> Regression:
     # x[0, M, 8]: the Gather's result is empty whatever M is, but onnxruntime checks its index against M (fails at
@@ -459,6 +470,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
         out[f"empty-reduction/{op}{axes}-keepdims{keep}"] = lambda o=op, a=axes, k=keep: empty_reduction(o, a, k)
     out["empty-reduction/ReduceMin[-1, -2]-static-result"] = lambda: empty_reduction("ReduceMin", [-1, -2], 1, True)
     out["empty-reduction/rank-downstream"] = rank_quirk_downstream
+    out["empty-reduction/static-axis-keepdims0"] = empty_reduction_static_axis
     out["empty-reduction/shape-downstream"] = quirk_shape_downstream
     out["reduction-extent/expanded-scalar"] = reduce_of_expanded_scalar
     out["plan-time-value/failing-node-read-through-shape"] = failing_node_read_through_shape
@@ -484,4 +496,4 @@ REGRESSIONS = _all()  # id -> () -> Regression (built on demand)
 SANITIZER_SUBSET = ("gather-scalar-index/0", "gather-scalar-index/2", "scatternd-rows/const-updates",
                     "scatternd-rows/data-updates", "int-extremes/int64 [MAX-1, MAX, MIN]-concat-column",
                     "slice-steps/-1:-9223372036854775808:-9223372036854775808", "reshape-empty/[0, -1]-allowzero0",
-                    "broadcast-symbols/same-axis")
+                    "broadcast-symbols/same-axis", "empty-reduction/static-axis-keepdims0")
