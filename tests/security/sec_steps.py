@@ -296,6 +296,23 @@ class ViewSteps:
         self.add(y, x.dtype, shape)
         return True
 
+    def step_argreduce(self) -> bool:
+        # ArgMax/ArgMin (kernels/share.py: a search for the ReduceMax/ReduceMin it shares): either index rule, an
+        # axis written negatively or not (onnxruntime's empty-input quirk), keepdims 0 or 1
+        x = self.pick(lambda t: t.rank >= 1 and self.numeric(t) and self.small(t), "argreduce x")
+        if x is None:
+            return False
+        op = self.draw(st.sampled_from(["ArgMax", "ArgMin"]))
+        axis = self.draw(st.integers(0, x.rank - 1))
+        keep = self.draw(st.sampled_from([0, 1]))
+        shape = [1 if i == axis else d for i, d in enumerate(x.shape)] if keep else [
+            d for i, d in enumerate(x.shape) if i != axis]
+        written = axis - x.rank if self.draw(st.booleans()) else axis
+        (y,) = self.node(op, [x.name], axis=written, keepdims=keep,
+                         select_last_index=self.draw(st.sampled_from([0, 1])))
+        self.add(y, "int64", shape)
+        return True
+
     def step_matmul(self) -> bool:
         # MatMul by a constant matrix [K, N]: the small ones (K 2..32, N 1..4) fuse as an fma chain, the others
         # (K = 1, N = 5, K = 33) stay with onnxruntime; special values on both sides
