@@ -73,11 +73,13 @@ def _axis(node: onnx.NodeProto, rank: int) -> int:
 
 
 def from_empty_concat(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], run: Runner) -> bool:
-    """Whether onnxruntime's output `name` depends on a Concat whose inputs are all empty but whose output is not:
-    onnxruntime skips empty inputs when it checks their shapes, takes the output's dims from one of them, and
-    fills it with bytes from wherever its input pointers lead ([2, 0, 3] with [2, 1, 0] on axis 2 gives [2, 1, 6]
-    of the first input's dims as int64, or of whatever memory lies there; fuzz seed 280022). Both models compute
-    that garbage in their own memory, so it differs between them."""
+    """Whether onnxruntime's output `name` depends on a Concat whose output holds more elements than its inputs
+    together: bytes onnxruntime never wrote. It skips empty inputs when it checks their shapes, takes the output's
+    dims from one of them, and fills it from wherever its input pointers lead ([2, 0, 3] with [2, 1, 0] on axis 2
+    gives [2, 1, 6] of the first input's dims as int64, or of whatever memory lies there; fuzz seed 280022). An
+    input of another rank than its inferred one does the same: ArgMax(x[1000, 0], axis=-1, keepdims=0) is [1000, 0]
+    in onnxruntime, and a Concat of it with a [2] gives [1002], 2 elements written (fuzz case 185 of seed 954004).
+    Both models compute that garbage in their own memory, so it differs between them."""
     concats = [n for n in original.graph.node if n.op_type == "Concat" and n.domain in ("", "ai.onnx")]
     if not concats:
         return False
@@ -89,8 +91,7 @@ def from_empty_concat(original: onnx.ModelProto, name: str, feeds: Mapping[str, 
     values = run(probe, feeds, "for the inputs of its Concats")
     if values is None:
         return False
-    reached = {n.output[0] for n in concats if values[n.output[0]].size
-               and all(values[t].size == 0 for t in n.input if t)}
+    reached = {n.output[0] for n in concats if values[n.output[0]].size > sum(values[t].size for t in n.input if t)}
     for n in original.graph.node:  # in graph order: everything computed from such a Concat
         if reached and any(t in reached for t in n.input):
             reached.update(n.output)
