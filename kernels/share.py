@@ -39,9 +39,7 @@ class Canon:
             if x in memo:
                 continue
             if isinstance(x, Op):
-                args = tuple(memo[a] for a in x.args)
-                memo[x] = x if all(a is b for a, b in zip(args, x.args, strict=True)) else Op(x.op, args, x.dtype,
-                                                                                               x.attr)
+                memo[x] = _rebuilt(x, memo)
                 height[x] = max((height[a] for a in x.args), default=0)
             elif isinstance(x, Reduce):
                 memo[x] = self._reduce(x.op, x.bound(), memo[x.body], x.dtype, x.attr, height[x.body])
@@ -103,16 +101,17 @@ def argmax_from_max(roots: Sequence[Expr], canon: Canon) -> list[Expr]:
     out = []
     for e in roots:
         for x in walk(e):
-            if x in swap:
-                memo[x] = swap[x]
-            elif isinstance(x, Op):
-                args = tuple(memo[a] for a in x.args)
-                memo[x] = x if all(a is b for a, b in zip(args, x.args, strict=True)) else Op(x.op, args, x.dtype,
-                                                                                               x.attr)
-            elif isinstance(x, Reduce):
-                body = memo[x.body]
-                memo[x] = x if body is x.body else Reduce(x.op, x.var, body, x.dtype, x.attr)
-            else:
-                memo[x] = x
+            memo[x] = swap[x] if x in swap else _rebuilt(x, memo)
         out.append(memo[e])
     return out
+
+
+def _rebuilt(x: Expr, memo: dict[Expr, Expr]) -> Expr:
+    """`x` over its children's rewrites in `memo` (`x` itself where none changed)."""
+    if isinstance(x, Op):
+        args = tuple(memo[a] for a in x.args)
+        return x if all(a is b for a, b in zip(args, x.args, strict=True)) else Op(x.op, args, x.dtype, x.attr)
+    if isinstance(x, Reduce):
+        body = memo[x.body]
+        return x if body is x.body else Reduce(x.op, x.var, body, x.dtype, x.attr)
+    return x
