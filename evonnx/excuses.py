@@ -16,6 +16,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import onnx
 
+# onnxruntime's memory planner failing a run: a buffer planned for a tensor's inferred shape, re-used where an
+# empty-input quirk (ReduceMax(x[N], [-1]) is [0] at N = 0, inferred [1]) gives another shape
+REUSE_ERROR = "Shape mismatch attempting to re-use buffer"
+
 # onnxruntime's outputs of a model by name, or None where it cannot run it: (model, feeds, what it is for)
 Runner = Callable[[onnx.ModelProto, Mapping[str, np.ndarray], str], "dict[str, np.ndarray] | None"]
 

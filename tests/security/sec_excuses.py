@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import onnx
 from onnx import TensorProto, helper
 
-# onnxruntime's memory planner re-uses a buffer for a tensor whose statically inferred shape it trusts; where a
-# run gives the tensor another shape (an empty-input reduction's quirk shape, see lower_reduce._empty_quirk) it fails
-# the Run with this message, depending on its plan of the whole graph. Its result with buffer re-use off is what
-# onnxruntime computes; the optimized model may match that instead of the planner's failure.
-REUSE_ERROR = "Shape mismatch attempting to re-use buffer"
+# onnxruntime's memory planner fails a Run with this message where an empty-input reduction's quirk shape (see
+# lower_reduce._empty_quirk) differs from the inferred one it planned a re-used buffer for, depending on its plan of
+# the whole graph. Its result with buffer re-use off is what onnxruntime computes; the optimized model may match
+# that instead of the planner's failure.
+from evonnx.excuses import REUSE_ERROR  # noqa: F401 - re-exported to the oracle
 
 # Nodes whose result jumps where a float input crosses a threshold: a float a last-bit apart (evonnx's expf
 # against MLAS's exp or logistic) can flip a comparison or move a Cast to int by one. `cut_reference` compares
