@@ -14,7 +14,7 @@ $unravel
     while (f < fend) {
         int64_t stop = j0 + (fend - f) < ext ? j0 + (fend - f) : ext;
 $row_body
-        for (int64_t j = j0; j < stop; ++j) {
+$jloop
 $body
         }
         f += stop - j0;
