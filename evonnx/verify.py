@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from evonnx.errors import VariantError, VerificationError
-from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, from_empty_concat, near_ties
+from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
 from evonnx.isolate import CrashError, doing, isolated, register_library
 from evonnx.model import outputs_untouched_by, overridable
@@ -225,7 +225,6 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
         result.max_rel_err = max(result.max_rel_err, float(np.nanmax(np.where(np.abs(ref[finite]) > atol, rel, 0))))
 
 
-_DECISIONS = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal", "Cast")
 
 
 def _large_integers_round(ref: np.ndarray, got: np.ndarray, result: CheckResult) -> bool:
@@ -278,43 +277,10 @@ def _undefined_in_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mappi
 
 def _flips_at_thresholds(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], ref: np.ndarray,
                          got: np.ndarray, result: CheckResult) -> bool:
-    """Whether every difference in the integer or bool output `name` of an inexact kernel is a decision on a float
-    a rounding error away from its threshold: `name` is a comparison or a Cast to an integer of floats, and where
-    the outputs differ, onnxruntime's operands on the original are within the float tolerance of each other (a
-    comparison) or of an integer (a Cast). A last-bit difference of evonnx's exp against onnxruntime's flips such a
-    decision; any other difference is a mismatch. The flips are counted in `result.flips`."""
-
-    node = next((n for n in original.graph.node if name in n.output), None)
-    if node is None or node.op_type not in _DECISIONS or node.domain not in ("", "ai.onnx"):
-        return False
-    operands = list(node.input[:1] if node.op_type == "Cast" else node.input[:2])
-    probe = onnx.ModelProto()
-    probe.CopyFrom(original)
-    known = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in operands if t not in known)
-    values = _run_reference(probe, feeds, "for the operands of a decision")
-    if values is None:
-        return False
-    arrays = [np.asarray(values[t]) for t in operands]
-    if any(a.dtype.kind != "f" for a in arrays):
-        return False
-    try:
-        arrays = [np.broadcast_to(a, ref.shape).astype(np.float64) for a in arrays]
-    except ValueError:
-        return False
-    rtol = RTOL.get(str(np.asarray(values[operands[0]]).dtype), 1e-3)
-    bad = ref != got
-    with np.errstate(all="ignore"):
-        if node.op_type == "Cast":
-            x = arrays[0][bad]
-            near = np.abs(x - np.round(x)) <= rtol * np.maximum(np.abs(x), 1.0)
-        else:
-            a, b = arrays[0][bad], arrays[1][bad]
-            near = np.abs(a - b) <= rtol * np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-30)
-    if not near.all():
-        return False
-    result.flips += int(bad.sum())
-    return True
+    """`excuses.flipped_decisions` with onnxruntime's runs; counted in `result.flips`."""
+    flips = flipped_decisions(original, name, feeds, ref, got, _run_reference, RTOL)
+    result.flips += flips
+    return flips > 0
 
 
 def _closer_than_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray],

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 
 from evonnx.expr import (
     ONNX_CODE,
-    Const,
     Expr,
-    Load,
     Op,
     children,
     free_vars,
@@ -39,6 +37,7 @@ from evonnx.index import (
     product,
     subs,
 )
+from evonnx.kernels.boxes import box_block
 from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import (
@@ -153,9 +152,9 @@ class _Kernel:
         # tasks keep theirs (cprint.lane_reduce computes both per lane in one pass)
         roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon), strict=True))
         names = Names(cvars, self.sym_names, self.tables.names)
-        row_body, body = _body(roots, targets, names, loop_var(inner) if inner is not None else None)
-        boxes = _box_block(roots, targets, loop_var(inner), cvars, self.sym_names, self.tables.names) \
-            if inner is not None and unrolled is not None and unrolled.const == BOX else None
+        row_body, body = _body(roots, targets, names, jv := loop_var(inner) if inner is not None else None)
+        boxes = box_block(roots, targets, jv, unrolled, names,
+                          lambda outs, seeded: _body(roots, targets, names, jv, outs=outs, seeded=seeded)[1])
         fname = f"{self.spec.name}_task{len(self.runs)}"
         rng = len(self.runs)
         unravel, advance = _odometer(outer_ext, names)
@@ -299,83 +298,6 @@ class _Kernel:
         return "\n".join(lines)
 
 
-BOX = 4  # elements of a box: the unrolled width `_box_block` takes
-# Operations that cost a box task far more than the shuffles its blocks add (prelude.c's evo_boxes_in/out): a
-# task of boxes is blocked only where one of these, or a division by a value, is computed. Measured on models/ at
-# 1 thread against gcc's own vectorisation: delta2bbox (exp) 361 -> 251 us, bbox2delta (log, divisions) 364 ->
-# 349; but clamp_inplace (a clamp per coordinate) 42.6 -> 69.4 us, anchor_grid (a table plus a row's offset)
-# 89.7 -> 209, tblr2bbox (adds and multiplies) 16.0 -> 19.2: where every coordinate is a few cheap operations,
-# gcc's vectors of 2 boxes waste little, and the shuffles are the larger cost.
-_COSTLY = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "softplus", "pow", "sin", "cos", "sqrt"})
-
-
-def _box_block(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], jv: Var,
-               cvars: dict[Var, str], syms: dict[Sym, str], tables: dict[object, str]) -> str | None:
-    """The head of a plain task's inner loop (task.c's `$jloop`) that first runs blocks of LANES values of j as
-    the lanes of a vector, or None where the task is not one of boxes. A task of boxes unrolls BOX elements of
-    4 bytes that it stores contiguously, BOX apart along j (an [N, 4] output): each block computes its LANES
-    boxes column by column into arrays `evo_bout<k>[BOX][LANES]`, which `evo_boxes_out` (prelude.c) stores as
-    rows; the reads of an input at BOX-apart positions along j whose BOX columns the task all reads
-    unconditionally (not under a guarded select, not in a reduction) come in the same way, through
-    `evo_boxes_in`, and every element those read is one the loop reads anyway. The rest of the rows, fewer than
-    LANES, run the plain loop. The body is the plain one with the block's arrays in place of those reads and
-    stores, and the same temporaries before it (what does not depend on j, computed once per row)."""
-    if len(roots) % BOX or any(_ITEMSIZE.get(dtype) != 4 for _, dtype in targets):
-        return None
-    if not any(isinstance(x, Op) and (x.op in _COSTLY or (x.op in ("div", "mod") and not isinstance(x.args[1], Const)))
-               for _, e in roots for x in walk(e)):
-        return None
-    four = Poly.of(BOX)
-    outs: list[str] = []
-    stores: list[str] = []
-    decls: list[str] = []
-    bnames = Names({**cvars, jv: "jb"}, syms, tables)  # positions at the block's first j
-    for k in range(0, len(roots), BOX):
-        first = roots[k][0]
-        oi, dtype = targets[k]
-        if first.coefficient(jv) != four or any(targets[k + u][0] != oi or (roots[k + u][0] - first).const != u
-                                                for u in range(BOX)):
-            return None
-        m = k // BOX
-        decls.append(f"{CTYPE[dtype]} evo_bout{m}[{BOX}][{LANES}];")
-        outs += [f"evo_bout{m}[{u}][l]" for u in range(BOX)]
-        stores.append(f"evo_boxes_out(evo_bout{m}, &out{oi}[{print_poly(first, bnames)}]);")
-    # the unconditional reads, by (input, position of column 0)
-    columns: dict[tuple[int, Poly], dict[int, Load]] = {}
-    seen: set[Expr] = set()
-    stack = [e for _, e in roots]
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if isinstance(x, Load) and _ITEMSIZE.get(x.dtype) == 4 and x.index.coefficient(jv) == four:
-            c = dict(x.index.terms).get((), 0) % BOX
-            columns.setdefault((x.slot, x.index - c), {})[c] = x
-        elif isinstance(x, Op):
-            stack.extend(x.args[:1] if x.attr == "guard" else x.args)
-    seeded: dict[Expr, str] = {}
-    loads: list[str] = []
-    for g, ((slot, base), cols) in enumerate(sorted((kv for kv in columns.items() if len(kv[1]) == BOX),
-                                                    key=lambda kv: (kv[0][0], str(kv[0][1])))):
-        decls.append(f"{CTYPE[cols[0].dtype]} evo_bin{g}[{BOX}][{LANES}];")
-        loads.append(f"evo_boxes_in(&in{slot}[{print_poly(base, bnames)}], evo_bin{g});")
-        seeded.update({load: f"evo_bin{g}[{c}][l]" for c, load in cols.items()})
-    _, body = _body(roots, targets, Names(cvars, syms, tables), jv, outs=outs, seeded=seeded)
-    pad = "            "
-    return "\n".join([
-        "        int64_t jb = j0;",
-        f"        for (; jb + {LANES} <= stop; jb += {LANES}) {{",
-        *(pad + d for d in decls + loads),
-        f"{pad}for (int64_t l = 0; l < {LANES}; ++l) {{",
-        *([f"{pad}    const int64_t j = jb + l;"] if re.search(r"\bj\b", body) else []),
-        _indented(body, "    "),
-        f"{pad}}}",
-        *(pad + st for st in stores),
-        "        }",
-        "        for (int64_t j = jb; j < stop; ++j) {"])
-
-
 def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:
     seen: set[Expr] = set()
     for _, e in roots:
@@ -438,8 +360,7 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
     one per root. With `row_arrays` (a tiled or lane task), the per-row temporaries are arrays over a block's rows
     or lanes, `tK[<lane_index>]`, whose declarations are appended to it. Reductions in `names.lane_results` are
     computed already, and their bodies print nothing here. `seeded` gives C for some subexpressions (a box
-    block's reads, `_box_block`); they are numbered as temporaries all the same, so the other temporaries keep
-    the names they have without it."""
+    block's reads, boxes.py), numbered as temporaries all the same: the others keep their names."""
     temps: dict[Expr, str] = {}
     row_lines: list[str] = []
     lines: list[str] = []

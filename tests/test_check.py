@@ -204,6 +204,24 @@ def test_decisions_flipped_at_their_threshold_are_told_apart_from_wrong_ones(tmp
     assert not _flips_at_thresholds(model, "k", feeds, np.zeros(4, np.int64), np.array([0, 0, 1, 0]), result)
 
 
+def test_an_argmax_of_near_equal_values_may_pick_either(tmp_path: Path) -> None:
+    # ArgMax over rows of float16 values: a row holding two values a float16 ulp apart may pick either where the
+    # values come from an inexact kernel (fuzz case 2118: an exp rounded to float16); a pick far from the max, or
+    # out of range, is a mismatch
+    from evonnx.verify import CheckResult, _flips_at_thresholds
+
+    path = _save(tmp_path, [helper.make_node("ArgMax", ["x"], ["y"], axis=1, keepdims=0)],
+                 [_vi("x", TensorProto.FLOAT16, [3, 4])], [_vi("y", I64, [3])], name="argmax")
+    model = onnx.load(str(path))
+    x = np.array([[1.0, 2.0, 2.001953, 0.5], [4.0, 1.0, 3.0, 2.0], [0.1, 0.2, 0.3, 0.4]], np.float16)
+    ref = np.array([2, 0, 3])
+    result = CheckResult()
+    assert _flips_at_thresholds(model, "y", {"x": x}, ref, np.array([1, 0, 3]), result)
+    assert result.flips == 1
+    assert not _flips_at_thresholds(model, "y", {"x": x}, ref, np.array([2, 2, 3]), result)  # 3.0 against 4.0
+    assert not _flips_at_thresholds(model, "y", {"x": x}, ref, np.array([2, 0, 4]), result)  # out of range
+
+
 def test_large_integers_of_inexact_kernels_may_round_but_small_ones_may_not() -> None:
     # int64(exp(x)) at 6.2e16 moves by 2^32 with exp's last bit (fuzz seed 170001); an index of 100 against 101 is a
     # decision, never rounding
