@@ -46,6 +46,41 @@ def opset_max() -> int:
     return OPSET_MIN
 
 
+# Ops that only move float16 values (or select among them): onnxruntime's CPU kernels compute every other op on
+# float16 in float32, and so do evonnx's (passes/lower_ops._in_float32)
+HALF_MOVES = frozenset({"Concat", "Flatten", "Identity", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
+                        "Unsqueeze", "Expand", "Tile", "Gather", "GatherElements", "ScatterND", "ScatterElements",
+                        "Where", "Shape", "Size"})
+
+
+def half_precision_outputs(model: onnx.ModelProto) -> set[str]:
+    """Graph outputs of `model` computed through float16 arithmetic (an op on float16 other than a move, or a Cast of
+    a computed value to float16): onnxruntime's to within float16's rounding only, whatever their own type. It
+    computes a float16 op it has no float16 kernel for in float32 between Casts, and removes its Cast to float16
+    where every consumer is a Cast back (its RemoveDuplicateCastTransformer counts float16 -> float32 as lossless),
+    or where it runs the consumers in float32 too, which depends on the whole graph and the optimization level:
+    Exp(float16) -> Cast(float32) is never rounded to float16, at ORT_DISABLE_ALL too (fuzz case 2118)."""
+    try:
+        typed = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+    except Exception:  # noqa: BLE001 - onnx raises several types; without types, no output is marked
+        return set()
+    g = typed.graph
+    half = {v.name for v in [*g.input, *g.output, *g.value_info] if v.type.tensor_type.elem_type == _FLOAT16}
+    half |= {t.name for t in g.initializer if t.data_type == _FLOAT16}
+
+    def rounds(n: onnx.NodeProto) -> bool:
+        if n.op_type == "Cast":
+            return n.output[0] in half and bool(n.input) and n.input[0] not in half and n.input[0] in produced
+        return n.op_type not in HALF_MOVES and n.op_type not in ("Constant", "ConstantOfShape") \
+            and any(t in half for t in [*n.input, *n.output])
+
+    produced = {t for n in model.graph.node for t in n.output}
+    return {o.name for o in model.graph.output} - outputs_untouched_by(model, rounds)
+
+
+_FLOAT16 = onnx.TensorProto.FLOAT16
+
+
 def outputs_untouched_by(model: onnx.ModelProto, touches: Callable[[onnx.NodeProto], bool]) -> set[str]:
     """The graph outputs of `model` that no node for which `touches` holds computes, through any path of
     tensors (a subgraph body's outer reads included)."""

@@ -26,7 +26,7 @@ from evonnx.errors import VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
 from evonnx.isolate import CrashError, doing, isolated, register_library
-from evonnx.model import outputs_untouched_by, overridable
+from evonnx.model import half_precision_outputs, outputs_untouched_by, overridable
 from evonnx.references import as_float64, first_nan_reference
 from evonnx.sizes import MAX_INPUT_ELEMENTS, run_size_plans
 from evonnx.toolchain import cpu_runs_v3
@@ -34,6 +34,7 @@ from evonnx.toolchain import cpu_runs_v3
 # float16: each op rounds to 11 bits (an ulp is 2^-10 relative at worst), and a kernel's float32 transcendental
 # may round to the neighbouring float16 where onnxruntime's does not, a difference later ops carry along
 RTOL = {"float16": 4e-3, "float32": 1e-4, "float64": 1e-9}
+HALF_OVERFLOW = 65520.0  # the least magnitude that rounds to an infinity in float16
 ATOL_SCALE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
 # Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
 # terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
@@ -186,9 +187,9 @@ def signed_zero_outputs(model: onnx.ModelProto) -> set[str]:
 
 
 def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: CheckResult,
-             signs: bool = True) -> None:
+             signs: bool = True, tolerance: str | None = None) -> None:
     """Raises VerificationError when `got` differs from onnxruntime's `ref`: bit for bit where `exact` (NaN == NaN;
-    +0 == -0 only without `signs`), else within the dtype's tolerance."""
+    +0 == -0 only without `signs`), else within the tolerance of the dtype `tolerance` names, or of its own."""
     if ref.shape != got.shape or ref.dtype != got.dtype:
         raise VerificationError(f"output '{name}': optimized gives {got.dtype}{list(got.shape)}, "
                                 f"original {ref.dtype}{list(ref.shape)}")
@@ -207,18 +208,21 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
             raise VerificationError(f"output '{name}' must match exactly but differs at {len(bad)} positions, "
                                     f"first {list(first)}: optimized {got[first]!r}, original {ref[first]!r}")
         return
-    key = str(ref.dtype)
+    key = tolerance if tolerance is not None and ref.dtype.kind == "f" else str(ref.dtype)
     finite = np.isfinite(ref)
     scale = float(np.max(np.abs(ref[finite]))) if finite.any() else 1.0
     atol = ATOL_SCALE.get(key, 1e-3) * max(1.0, scale)
     rtol = RTOL.get(key, 1e-3)
     ok = np.isclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+    if key == "float16":  # a float beyond float16's range rounds to an infinity of its sign
+        ok |= np.isinf(got) & (np.abs(ref) >= HALF_OVERFLOW) & (np.signbit(got) == np.signbit(ref))
     if not ok.all():
         bad = np.argwhere(~ok)
         first = tuple(int(x) for x in bad[0])
         raise VerificationError(f"output '{name}' differs beyond tolerance (rtol {rtol}, atol {atol:.3g}) at "
                                 f"{len(bad)} positions, first {list(first)}: optimized {got[first]!r}, "
                                 f"original {ref[first]!r}")
+    finite &= np.isfinite(got)  # an overflow to infinity accepted above is no relative error
     with np.errstate(all="ignore"):
         rel = np.abs(got[finite].astype(np.float64) - ref[finite]) / np.maximum(np.abs(ref[finite]), 1e-30)
     if rel.size:
@@ -316,13 +320,13 @@ def _closer_than_onnxruntime(original: onnx.ModelProto, name: str, feeds: Mappin
 
 def _topk_near_ties(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], chosen: Mapping[str, np.ndarray],
                     gots: Mapping[str, np.ndarray], exact_outputs: set[str], signed: set[str],
-                    result: CheckResult) -> bool:
+                    result: CheckResult, half: frozenset[str] | set[str] = frozenset()) -> bool:
     """`excuses.near_ties` with onnxruntime's runs and the check's own comparison; counted in `result.topk_ties`."""
     def matches(redone: Mapping[str, np.ndarray]) -> bool:
         try:
             for out in original.graph.output:
                 _compare(out.name, redone[out.name], np.asarray(gots[out.name]), out.name in exact_outputs,
-                         CheckResult(), out.name in signed)
+                         CheckResult(), out.name in signed, "float16" if out.name in half else None)
         except VerificationError:
             return False
         return True
@@ -335,7 +339,7 @@ def _topk_near_ties(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], 
 
 def _same_with_first_nan_rule(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                               cache: dict[str, dict[str, np.ndarray] | None], name: str, got: np.ndarray, exact: bool,
-                              signs: bool, result: CheckResult) -> bool:
+                              signs: bool, result: CheckResult, tolerance: str | None = None) -> bool:
     """Whether the output `name` that differs from onnxruntime's on the original matches onnxruntime on the original
     with its float ReduceMax/ReduceMin spelled out with the first-element NaN rule evonnx's kernels apply in every
     lane (`references.first_nan_reference`): onnxruntime's vectorised reductions skip a NaN or not by its SIMD lane
@@ -353,7 +357,7 @@ def _same_with_first_nan_rule(original: onnx.ModelProto, feeds: Mapping[str, np.
     if outputs is None or name not in outputs:
         return False
     try:
-        _compare(name, outputs[name], got, exact, CheckResult(), signs)
+        _compare(name, outputs[name], got, exact, CheckResult(), signs, tolerance)
     except VerificationError:
         return False
     result.nan_lanes += 1
@@ -443,6 +447,8 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
     result = CheckResult(variants=("x86-64-v3", "baseline") if cpu_variants else ())
     state = {"last_error": "", "v3_error": ""}
     signed = signed_zero_outputs(original)
+    doing("finding the outputs computed through float16 arithmetic")
+    half = half_precision_outputs(original)  # compared within float16's tolerance where inexact
 
     def compare(feeds: Mapping[str, np.ndarray], refs: Sequence[object], gots: Sequence[object],
                 into: CheckResult, variant: str) -> None:
@@ -451,7 +457,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         except VerificationError:
             named = {o.name: np.asarray(g) for o, g in zip(original.graph.output, gots)}
             if not _topk_near_ties(original, feeds, optimized_topk(feeds, variant), named, exact_outputs, signed,
-                                   into):
+                                   into, half):
                 raise
 
     def compare_each(feeds: Mapping[str, np.ndarray], refs: Sequence[object], gots: Sequence[object],
@@ -459,11 +465,14 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         lanes: dict[str, dict[str, np.ndarray] | None] = {}
         for out, ref, got in zip(original.graph.output, refs, gots):
             ref, got = np.asarray(ref), np.asarray(got)
-            exact = out.name in exact_outputs
+            # where onnxruntime rounds to float16 is its own choice (model.half_precision_outputs): not exact
+            exact = out.name in exact_outputs and not (out.name in half and ref.dtype.kind == "f")
+            tolerance = "float16" if out.name in half else None
             try:
-                _compare(out.name, ref, got, exact, into, out.name in signed)
+                _compare(out.name, ref, got, exact, into, out.name in signed, tolerance)
             except VerificationError:
-                if (_same_with_first_nan_rule(original, feeds, lanes, out.name, got, exact, out.name in signed, into)
+                if (_same_with_first_nan_rule(original, feeds, lanes, out.name, got, exact, out.name in signed, into,
+                                              tolerance)
                         or _undefined_in_onnxruntime(original, out.name, feeds, ref, got, into)):
                     continue
                 if exact or ref.shape != got.shape or ref.dtype != got.dtype:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from evonnx import expr as E
 from evonnx.errors import InternalError, debug_checks
+from evonnx.model import HALF_MOVES
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import Derived, Handler, Known, MapKind, OpDef, Value, check_dtype
 from evonnx.passes.lower_math import DEFS as _MATH
@@ -52,9 +53,7 @@ SHAPE_ONLY_OPS = frozenset(op for op, d in OPS.items() if d.shape_only)
 
 # Ops that only move float16 values (or select among them), which their lowerings pass through as they are; every
 # other op on float16 computes in float32 (`_in_float32`)
-_MOVES = frozenset({"Concat", "Flatten", "Identity", "Reshape", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze",
-                    "Expand", "Tile", "Gather", "GatherElements", "ScatterND", "ScatterElements", "Where", "Shape",
-                    "Size"})
+_MOVES = HALF_MOVES
 
 
 def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], vals: Sequence[Value | None],

@@ -596,3 +596,32 @@ def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> Non
     wrong[3] = ~wrong[3]  # another element, where onnxruntime decided as float64 does
     assert decided_as_in_float64(model, "ge", feeds, onnxruntime, wrong, _run_reference, as_float64) == 0
     assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~truth, _run_reference, as_float64) == 0
+
+
+def test_float_outputs_of_float16_arithmetic_are_onnxruntimes_to_float16_rounding(tmp_path: Path) -> None:
+    # onnxruntime computes a float16 Exp in float32 and drops its own Cast back to float16 where only Casts to
+    # float32 read it, or where it runs the readers in float32 too (a whole-graph choice): Exp(x) -> Cast(float32)
+    # can be exp in float32 (9.9e14, not float16's inf), where evonnx rounds as ONNX says. Such outputs are
+    # compared within float16's tolerance, an infinity against a value beyond float16's range included (fuzz case
+    # 2118); a Cast of a float16 input to float32 marks nothing.
+    from evonnx.model import half_precision_outputs
+
+    h = TensorProto.FLOAT16
+    path = _save(tmp_path, [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Cast", ["e"], ["y"], to=F),
+                            helper.make_node("Cast", ["x"], ["w"], to=F), helper.make_node("Exp", ["w"], ["z"])],
+                 [_vi("x", h, ["N", 3])], [_vi("y", F, ["N", 3]), _vi("z", F, ["N", 3])], name="half")
+    assert half_precision_outputs(onnx.load(str(path))) == {"y"}
+    # the comparison: float16's tolerance, and an infinity only against a value float16 rounds to one
+    from evonnx.verify import CheckResult, _compare
+
+    def compare(ref: list[float], got: list[float], tolerance: str | None = "float16") -> None:
+        _compare("y", np.array(ref, np.float32), np.array(got, np.float32), False, CheckResult(), tolerance=tolerance)
+
+    compare([0.7678506, 1.0], [0.7680664, 1.0])
+    compare([9.9250185e14, -7e4], [np.inf, -np.inf])
+    for ref, bad, tolerance in (([0.7678506, 1.0], [0.7680664, 1.0], None),  # float32's own tolerance
+                                ([0.7678506, 1.0], [0.7778506, 1.0], "float16"),
+                                ([9.9250185e14, -7e4], [np.inf, np.inf], "float16"),
+                                ([6e4], [np.inf], "float16")):
+        with pytest.raises(VerificationError):
+            compare(ref, bad, tolerance)
