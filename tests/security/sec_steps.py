@@ -313,6 +313,33 @@ class ViewSteps:
         self.add(y, "int64", shape)
         return True
 
+    def step_boxes(self) -> bool:
+        # boxes (kernels/boxes.py): the 4 columns of a tensor's last axis, each by another op (an exp, a log, a
+        # division by a column), concatenated back on the last axis in a drawn order, as delta2bbox does. Where
+        # that axis is not a static 4 or more, the columns may be empty (an axis of 2, or a symbol at 0)
+        x = self.pick(lambda t: t.rank >= 1 and t.dtype in ("float32", "int32") and self.small(t), "boxes x")
+        if x is None:
+            return False
+        last = x.shape[-1]
+        whole = isinstance(last, int) and last >= 4
+        cols: list[tuple[str, Dim]] = []
+        for c in range(4):
+            (col,) = self.node("Slice", [x.name, self.i64([c]), self.i64([c + 1]), self.i64([-1])])
+            cols.append((col, 1 if whole else self.fresh_dim()))
+        unary = ["Exp", "Log", "Sqrt", "Neg"] if x.dtype == "float32" else ["Neg", "Abs"]
+        outs: list[tuple[str, Dim]] = []
+        for col, d in cols:
+            op = self.draw(st.sampled_from(unary + ["Div", "Sub", "Add", "Mul", "Div"]))
+            if op in unary:
+                (y,) = self.node(op, [col])
+            else:  # an integer division by a column may meet 0 (onnxruntime fails the run: issue 16)
+                (y,) = self.node(op, [col, self.draw(st.sampled_from(cols))[0]])
+            outs.append((y, d if whole else self.fresh_dim()))
+        order = self.draw(st.permutations(outs))
+        (y,) = self.node("Concat", [o for o, _ in order], axis=self.draw(st.sampled_from([-1, x.rank - 1])))
+        self.add(y, x.dtype, x.shape[:-1] + ((4 if whole else self.fresh_dim()),))
+        return True
+
     def step_matmul(self) -> bool:
         # MatMul by a constant matrix [K, N]: the small ones (K 2..32, N 1..4) fuse as an fma chain, the others
         # (K = 1, N = 5, K = 33) stay with onnxruntime; special values on both sides
