@@ -11,9 +11,7 @@ The pieces, loops and temporaries are worked out by `schedule`, which the CUDA p
 
 from __future__ import annotations
 
-import collections
 import itertools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,6 +41,7 @@ from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import (
     Tables,
     bind_symbols,
+    drop_unused_locals,
     half_define,
     helpers,
     kernel_symbols,
@@ -414,29 +413,6 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
 
 
 # -- whole kernels ----------------------------------------------------------------------------------------
-_LOCAL = re.compile(r"^ {4,}(?:const )?[A-Za-z_][A-Za-z0-9_]*(?: \*restrict | \*const \*| \*| )"
-                    r"([A-Za-z_][A-Za-z0-9_]*) = [^;]*;$")
-
-
-def drop_unused_locals(text: str) -> str:
-    """`text` (C functions, each closed by a `}` in column 0) without the local declarations its function never
-    reads: a piece binds only the inputs, outputs and sizes it uses, and the source compiles with -Wall -Wextra
-    warning-free, with no pragma silencing -Wunused. Declarations have no side effects (they read the context)."""
-    out: list[str] = []
-    for chunk in re.split(r"(?m)(?<=^}\n)", text):
-        lines = chunk.split("\n")
-        while True:
-            code = re.sub(r'/\*.*?\*/|"(?:[^"\\\n]|\\.)*"', " ", chunk, flags=re.S)  # no comments, strings
-            words = collections.Counter(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
-            dead = {k for k, ln in enumerate(lines) if (m := _LOCAL.match(ln)) and words[m.group(1)] == 1}
-            if not dead:
-                break
-            lines = [ln for k, ln in enumerate(lines) if k not in dead]
-            chunk = "\n".join(lines)
-        out.append(chunk)
-    return "".join(out)
-
-
 def _kernel_source(spec: KernelSpec) -> str:
     k = _Kernel(spec)
     k.add_outputs(spec.outputs)

@@ -3,6 +3,8 @@ symbols and their C names, its constant tables, where each size is read at run t
 
 from __future__ import annotations
 
+import collections
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from string import Template
@@ -103,3 +105,26 @@ def node_list(nodes: Sequence[str]) -> str:
     """The source nodes for a kernel's header comment: encoded names, the first few of a long list."""
     shown = ", ".join(encode(n) for n in nodes[:8])
     return shown + (f", ... {len(nodes) - 8} more" if len(nodes) > 8 else "")
+
+
+_LOCAL = re.compile(r"^ {4,}(?:const )?[A-Za-z_][A-Za-z0-9_]*(?: \*restrict | \*const \*| \*| )"
+                    r"([A-Za-z_][A-Za-z0-9_]*) = [^;]*;$")
+
+
+def drop_unused_locals(text: str) -> str:
+    """`text` (C functions, each closed by a `}` in column 0) without the local declarations its function never
+    reads: a piece binds only the inputs, outputs and sizes it uses, and the source compiles with -Wall -Wextra
+    warning-free, with no pragma silencing -Wunused. Declarations have no side effects (they read the context)."""
+    out: list[str] = []
+    for chunk in re.split(r"(?m)(?<=^}\n)", text):
+        lines = chunk.split("\n")
+        while True:
+            code = re.sub(r'/\*.*?\*/|"(?:[^"\\\n]|\\.)*"', " ", chunk, flags=re.S)  # no comments, strings
+            words = collections.Counter(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
+            dead = {k for k, ln in enumerate(lines) if (m := _LOCAL.match(ln)) and words[m.group(1)] == 1}
+            if not dead:
+                break
+            lines = [ln for k, ln in enumerate(lines) if k not in dead]
+            chunk = "\n".join(lines)
+        out.append(chunk)
+    return "".join(out)
