@@ -114,6 +114,10 @@ class Poly:
 
     terms: tuple[tuple[Monomial, int], ...] = ()
     _hash: int | None = field(default=None, compare=False, repr=False)
+    # cached too: atoms share nested polynomials (a Min of Mins of the same index), and an uncached walk visits a
+    # shared one once per path to it, exponentially many (fuzz case 109: 4.5 minutes in codegen)
+    _atoms: frozenset[Atom] | None = field(default=None, compare=False, repr=False)
+    _text: str | None = field(default=None, compare=False, repr=False)  # str(), the sort key of atoms: cached too
 
     def __hash__(self) -> int:
         # cached: atoms nest polynomials, and an uncached hash walks the whole tree on every dict lookup
@@ -162,13 +166,17 @@ class Poly:
 
     def atoms(self) -> set[Atom]:
         """Every atom, including those nested inside opaque atoms and Var extents."""
-        out: set[Atom] = set()
-        for mono, _ in self.terms:
-            for a in mono:
-                out.add(a)
-                for inner in _children(a):
-                    out |= inner.atoms()
-        return out
+        cached = self._atoms
+        if cached is None:
+            out: set[Atom] = set()
+            for mono, _ in self.terms:
+                for a in mono:
+                    out.add(a)
+                    for inner in _children(a):
+                        out |= inner.atoms()
+            cached = frozenset(out)
+            object.__setattr__(self, "_atoms", cached)
+        return set(cached)
 
     def vars(self) -> set[Var]:
         return {a for a in self.atoms() if isinstance(a, Var)}
@@ -225,6 +233,13 @@ class Poly:
         return mod(self, other)
 
     def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            text = self._print()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def _print(self) -> str:
         if not self.terms:
             return "0"
         parts = []

@@ -22,9 +22,10 @@ def periods(e: Expr, vars_: Sequence[Var]) -> dict[Var, int]:
     the ends, then one piece with a select per element): `schedule._split_axes` splits each piece's v into (q, r) with
     r < n unrolled, where every such condition is a constant and folds."""
     found: dict[Var, set[int]] = {}
+    seen: set[Atom] = set()  # an atom nested in many places is looked at once
     for x in walk(e):
         for p in _polys(x):
-            for a in _nested(p):
+            for a in _nested(p, seen):
                 if not isinstance(a, (FloorDiv, Mod)) or (n := a.den.const) is None or not 2 <= n <= MAX_UNROLL:
                     continue
                 vs = [v for v in vars_ if v in a.num.atoms()]
@@ -45,11 +46,15 @@ def divides(n: int, extent: Poly) -> bool:
     return q * n == extent and not isinstance(q.atom(), FloorDiv)
 
 
-def _nested(p: Poly) -> Iterator[Atom]:
-    """The atoms of `p`, and those inside its divisions, remainders, minima and maxima."""
+def _nested(p: Poly, seen: set[Atom]) -> Iterator[Atom]:
+    """The atoms of `p`, and those inside its divisions, remainders, minima and maxima, but those in `seen` (which
+    it adds to)."""
     stack = list(p.atoms())
     while stack:
         a = stack.pop()
+        if a in seen:
+            continue
+        seen.add(a)
         yield a
         if isinstance(a, (FloorDiv, Mod)):
             stack.extend(a.num.atoms())
