@@ -114,10 +114,10 @@ class Poly:
 
     terms: tuple[tuple[Monomial, int], ...] = ()
     _hash: int | None = field(default=None, compare=False, repr=False)
-    # cached too: atoms share nested polynomials (a Min of Mins of the same index), and an uncached walk visits a
-    # shared one once per path to it, exponentially many (fuzz case 109: 4.5 minutes in codegen)
+    # atoms() and str() (the atoms' sort key) cached too: an uncached walk visits a shared nested polynomial once per
+    # path to it, exponentially many (a Min of Mins of one index; fuzz case 109: 4.5 minutes in codegen)
     _atoms: frozenset[Atom] | None = field(default=None, compare=False, repr=False)
-    _text: str | None = field(default=None, compare=False, repr=False)  # str(), the sort key of atoms: cached too
+    _text: str | None = field(default=None, compare=False, repr=False)
 
     def __hash__(self) -> int:
         # cached: atoms nest polynomials, and an uncached hash walks the whole tree on every dict lookup
@@ -166,17 +166,10 @@ class Poly:
 
     def atoms(self) -> set[Atom]:
         """Every atom, including those nested inside opaque atoms and Var extents."""
-        cached = self._atoms
-        if cached is None:
-            out: set[Atom] = set()
-            for mono, _ in self.terms:
-                for a in mono:
-                    out.add(a)
-                    for inner in _children(a):
-                        out |= inner.atoms()
-            cached = frozenset(out)
-            object.__setattr__(self, "_atoms", cached)
-        return set(cached)
+        if self._atoms is None:
+            own = {a for mono, _ in self.terms for a in mono}
+            object.__setattr__(self, "_atoms", frozenset(own.union(*(p.atoms() for a in own for p in _children(a)))))
+        return set(self._atoms or ())
 
     def vars(self) -> set[Var]:
         return {a for a in self.atoms() if isinstance(a, Var)}
@@ -233,27 +226,13 @@ class Poly:
         return mod(self, other)
 
     def __str__(self) -> str:
-        text = self._text
-        if text is None:
-            text = self._print()
-            object.__setattr__(self, "_text", text)
-        return text
-
-    def _print(self) -> str:
-        if not self.terms:
-            return "0"
-        parts = []
-        for mono, c in self.terms:
-            body = "*".join(str(a) for a in mono)
-            if not mono:
-                parts.append(str(c))
-            elif c == 1:
-                parts.append(body)
-            elif c == -1:
-                parts.append(f"-{body}")
-            else:
-                parts.append(f"{c}*{body}")
-        return " + ".join(parts).replace("+ -", "- ")
+        if self._text is None:
+            parts = []
+            for mono, c in self.terms:
+                body = "*".join(str(a) for a in mono)
+                parts.append(str(c) if not mono else body if c == 1 else f"-{body}" if c == -1 else f"{c}*{body}")
+            object.__setattr__(self, "_text", " + ".join(parts).replace("+ -", "- ") if parts else "0")
+        return self._text or "0"
 
 
 PolyLike = Poly | int | Atom
