@@ -51,9 +51,6 @@ WRITE_OPS = frozenset(op for op, d in OPS.items() if d.writes)
 SHAPE_ONLY_OPS = frozenset(op for op, d in OPS.items() if d.shape_only)
 
 
-# Ops that only move float16 values (or select among them), which their lowerings pass through as they are; every
-# other op on float16 computes in float32 (`_in_float32`)
-_MOVES = HALF_MOVES
 
 
 def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], vals: Sequence[Value | None],
@@ -62,14 +59,14 @@ def lower_node(op: str, attrs: dict[str, object], args: Sequence[Lazy | None], v
     if d is None:
         raise Reject(f"{op} is not handled by evonnx")
     if any(a is not None and a.dtype == E.HALF for k, a in enumerate(args) if k not in d.value_inputs):
-        if op not in _MOVES:
+        if op not in HALF_MOVES:  # every other op on float16 computes in float32
             return _in_float32(op, d, attrs, args, vals, n_out)
         if d.writes and attrs.get("reduction", "none") not in ("none", b"none"):
             raise Reject(f"{op} with reduction on float16")
     for k, a in enumerate(args):
         if a is not None and k not in d.value_inputs:
             check_dtype(a, op)
-            if a.dtype not in d.dtypes and not (a.dtype == E.HALF and op in _MOVES):
+            if a.dtype not in d.dtypes and not (a.dtype == E.HALF and op in HALF_MOVES):
                 raise Reject(f"{op} on {a.dtype} is not supported")
     if d.needs_data and args and args[0] is None:
         raise Reject(f"{op} has no data input")

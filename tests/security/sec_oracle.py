@@ -34,7 +34,7 @@ from sec_excuses import REUSE_ERROR, _error_in_dead_node, cut_model, decision_cu
 from sec_payloads import check_source
 
 from evonnx.api import library_path
-from evonnx.model import half_precision_outputs
+from evonnx.model import HALF_MOVES, half_precision_outputs
 from evonnx.references import first_nan_reference
 from evonnx.verify import (
     ATOL_SCALE,
@@ -352,10 +352,8 @@ def exactness(model: onnx.ModelProto, exact: bool) -> list[bool | str]:
             else True if o.name in signed else "values" for o in model.graph.output]
 
 
-# ops that move float16 bits without rounding them (evonnx's lower_ops._MOVES, and the constants)
-_MOVES = frozenset({"Concat", "Flatten", "Identity", "Reshape", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze",
-                    "Expand", "Tile", "Gather", "GatherElements", "ScatterND", "ScatterElements", "Where", "Shape",
-                    "Size", "Constant", "ConstantOfShape"})
+# ops that move float16 bits without rounding them (the product's list), and the constants
+_MOVES = HALF_MOVES | {"Constant", "ConstantOfShape"}
 
 
 def _planner_refusal(message: str) -> bool:
