@@ -169,34 +169,61 @@ _COMPARISONS = {"Greater": np.greater, "Less": np.less, "GreaterOrEqual": np.gre
                 "LessOrEqual": np.less_equal, "Equal": np.equal}
 
 
+# ops whose bool output is a function of the decisions in their bool inputs (by position): moves and logic, with the
+# inputs that carry the decisions
+_BOOL_CARRIERS = {"Transpose": (0,), "Reshape": (0,), "Flatten": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
+                  "Identity": (0,), "Expand": (0,), "Slice": (0,), "Tile": (0,), "Gather": (0,),
+                  "GatherElements": (0,), "ScatterND": (0, 2), "ScatterElements": (0, 2), "Where": (0, 1, 2),
+                  "Concat": None, "Split": (0,), "Not": (0,), "And": (0, 1), "Or": (0, 1), "Xor": (0, 1)}
+
+
+def _decided_by_comparisons(original: onnx.ModelProto, name: str) -> list[onnx.NodeProto]:
+    """The comparisons the bool tensor `name` is computed from by moves and logic alone (a Transpose of a
+    GreaterOrEqual: fuzz case 3078); [] where it is computed otherwise."""
+    producer = {t: n for n in original.graph.node for t in n.output}
+    todo, seen, compared = [name], set(), []
+    while todo:
+        t = todo.pop()
+        node = producer.get(t)
+        if t in seen or node is None:  # a graph input or initializer: the same in both runs
+            continue
+        seen.add(t)
+        if node.domain not in ("", "ai.onnx"):
+            return []
+        if node.op_type in _COMPARISONS:
+            compared.append(node)
+        elif node.op_type == "Constant":
+            continue
+        elif node.op_type in _BOOL_CARRIERS:
+            carried = _BOOL_CARRIERS[node.op_type]
+            todo.extend(x for i, x in enumerate(node.input) if x and (carried is None or i in carried))
+        else:
+            return []
+    return compared
+
+
 def decided_as_in_float64(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray],
                           ref: np.ndarray, got: np.ndarray, run: Runner,
                           widen: Callable[[onnx.ModelProto], onnx.ModelProto | None]) -> int:
-    """How many elements of the bool output `name`, a comparison of floats, the optimized model decides otherwise
-    than onnxruntime but as the comparison decides on the original computed in float64 (`widen`, the check's
-    `references.as_float64`),
-    where it so decides every differing element; 0 otherwise. A ReduceSum of 65,537 float32 values in onnxruntime's
-    order is 0.01 off its float64 sum of 521.71, and a GreaterOrEqual of it against one of the values flips (fuzz
-    case 9483); evonnx sums in double. The decision's counterpart of the check's closer-than-onnxruntime rule for
-    float outputs."""
-    node = next((n for n in original.graph.node if name in n.output), None)
-    if node is None or node.op_type not in _COMPARISONS or node.domain not in ("", "ai.onnx") or ref.dtype != bool:
-        return 0
-    wide = widen(original)
+    """How many elements of the bool output `name`, comparisons of floats moved or combined by logic, the optimized
+    model decides otherwise than onnxruntime but as the original computed in float64 (`widen`, the check's
+    `references.as_float64`) decides, where it so decides every differing element; 0 otherwise. A ReduceSum of
+    65,537 float32 values in onnxruntime's order is 0.01 off its float64 sum of 521.71, and a GreaterOrEqual of it
+    against one of the values flips (fuzz case 9483); evonnx sums in double. The decision's counterpart of the
+    check's closer-than-onnxruntime rule for float outputs."""
+    comparisons = _decided_by_comparisons(original, name) if ref.dtype == bool else []
+    wide = widen(original) if comparisons else None
     if wide is None:
         return 0
+    operands = list(dict.fromkeys(t for n in comparisons for t in n.input[:2]))
     known = {o.name for o in wide.graph.output}
-    wide.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in node.input[:2] if t not in known)
+    wide.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in operands if t not in known)
     values = run(wide, {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()},
-                 "in float64 for the operands of a decision")
-    if values is None:
+                 "in float64 for its decisions")
+    if values is None or name not in values or any(np.asarray(values[t]).dtype != np.float64 for t in operands):
         return 0
-    a, b = (np.asarray(values[t]) for t in node.input[:2])
-    if a.dtype != np.float64 or b.dtype != np.float64:
-        return 0
-    try:
-        decided = np.broadcast_to(_COMPARISONS[node.op_type](a, b), ref.shape)
-    except ValueError:
+    decided = np.asarray(values[name])
+    if decided.dtype != bool or decided.shape != ref.shape:
         return 0
     bad = ref != got
     return int(bad.sum()) if bool(np.array_equal(decided[bad], got[bad])) else 0

@@ -573,8 +573,9 @@ def test_running_out_of_memory_in_the_check_is_a_clean_refusal(tmp_path: Path,
 
 def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> None:
     """A comparison of a float32 sum against one of its terms: where onnxruntime's float32 sum flips the decision,
-    an optimized model that decides as the float64 model does is excused (fuzz case 9483), one that decides
-    otherwise is not, and neither is a difference in an output that is no comparison."""
+    an optimized model that decides as the float64 model does is excused (fuzz case 9483), through moves and logic
+    too (a Transpose of it: fuzz case 3078), one that decides otherwise is not, and neither is a bool output that is
+    no decision on floats (IsNaN, a comparison of integers)."""
     from evonnx.excuses import decided_as_in_float64
     from evonnx.references import as_float64
     from evonnx.verify import _run_reference
@@ -582,10 +583,19 @@ def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> Non
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])
     nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=1),
              helper.make_node("GreaterOrEqual", ["s", "x"], ["ge"]),
-             helper.make_node("Not", ["ge"], ["lt"])]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x], [
-        helper.make_tensor_value_info("ge", TensorProto.BOOL, [5]),
-        helper.make_tensor_value_info("lt", TensorProto.BOOL, [5])]), opset_imports=[helper.make_opsetid("", 13)])
+             helper.make_node("Not", ["ge"], ["lt"]),
+             helper.make_node("Reshape", ["lt"], ["lt2"]),
+             helper.make_node("Transpose", ["lt2"], ["t"]),
+             helper.make_node("IsNaN", ["x"], ["nan"]),
+             helper.make_node("Cast", ["s"], ["si"], to=TensorProto.INT64),
+             helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+             helper.make_node("GreaterOrEqual", ["si", "xi"], ["gei"])]
+    nodes[3].input.append("shape")
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 5])
+    bools = [helper.make_tensor_value_info(t, TensorProto.BOOL, s) for t, s in
+             [("ge", [5]), ("lt", [5]), ("t", [5, 1]), ("nan", [5]), ("gei", [5])]]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], bools, [shape]),
+                              opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     feeds = {"x": np.array([1e8, 4.0, -1e8, 3.5, 0.5], np.float32)}
     truth = np.sum(feeds["x"].astype(np.float64)) >= feeds["x"].astype(np.float64)  # the sum is 8 in float64
@@ -595,7 +605,14 @@ def test_a_decision_is_excused_only_where_float64_decides_as_evonnx_did() -> Non
     wrong = onnxruntime.copy()
     wrong[3] = ~wrong[3]  # another element, where onnxruntime decided as float64 does
     assert decided_as_in_float64(model, "ge", feeds, onnxruntime, wrong, _run_reference, as_float64) == 0
-    assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~truth, _run_reference, as_float64) == 0
+    assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~truth, _run_reference, as_float64) == 1
+    assert decided_as_in_float64(model, "lt", feeds, ~onnxruntime, ~wrong, _run_reference, as_float64) == 0
+    column = (~onnxruntime).reshape(5, 1)
+    assert decided_as_in_float64(model, "t", feeds, column, (~truth).reshape(5, 1), _run_reference, as_float64) == 1
+    assert decided_as_in_float64(model, "t", feeds, column, (~wrong).reshape(5, 1), _run_reference, as_float64) == 0
+    # the same flip in outputs that decide nothing on floats
+    assert decided_as_in_float64(model, "nan", feeds, onnxruntime, truth, _run_reference, as_float64) == 0
+    assert decided_as_in_float64(model, "gei", feeds, onnxruntime, truth, _run_reference, as_float64) == 0
 
 
 def test_float_outputs_of_float16_arithmetic_are_onnxruntimes_to_float16_rounding(tmp_path: Path) -> None:
