@@ -118,6 +118,7 @@ class Poly:
     # path to it, exponentially many (a Min of Mins of one index; fuzz case 109: 4.5 minutes in codegen)
     _atoms: frozenset[Atom] | None = field(default=None, compare=False, repr=False)
     _text: str | None = field(default=None, compare=False, repr=False)
+    _weight: int | None = field(default=None, compare=False, repr=False)
 
     def __hash__(self) -> int:
         # cached: atoms nest polynomials, and an uncached hash walks the whole tree on every dict lookup
@@ -170,6 +171,14 @@ class Poly:
             own = {a for mono, _ in self.terms for a in mono}
             object.__setattr__(self, "_atoms", frozenset(own.union(*(p.atoms() for a in own for p in _children(a)))))
         return set(self._atoms or ())
+
+    def weight(self) -> int:
+        """How many atoms the polynomial holds written out as a tree, each shared nested polynomial counted at
+        every place it occurs: what a walk without a memo visits, and what its printed text grows with."""
+        if self._weight is None:
+            w = sum(1 + sum(p.weight() for p in _children(a)) for mono, _ in self.terms for a in mono)
+            object.__setattr__(self, "_weight", w)
+        return self._weight or 0
 
     def vars(self) -> set[Var]:
         return {a for a in self.atoms() if isinstance(a, Var)}
@@ -553,32 +562,31 @@ def _subs_atom(a: Atom, mapping: Mapping[Atom, PolyLike], memo: dict[Atom, Poly]
     return r
 
 
-def evaluate(p: PolyLike, env: Mapping[str, int]) -> int:
-    """The integer value of `p` with every Sym and Var named in `env`."""
-    p = Poly.of(p)
+def evaluate(p: PolyLike, env: Mapping[str, int], memo: dict[Atom, int] | None = None) -> int:
+    """The integer value of `p` with every Sym and Var named in `env` (`memo`: atoms already evaluated)."""
+    memo = {} if memo is None else memo
     total = 0
-    for mono, c in p.terms:
+    for mono, c in Poly.of(p).terms:
         v = c
         for a in mono:
-            v *= _eval_atom(a, env)
+            if (x := memo.get(a)) is None:
+                x = memo[a] = _eval_atom(a, env, memo)
+            v *= x
         total += v
     return total
 
 
-def _eval_atom(a: Atom, env: Mapping[str, int]) -> int:
+def _eval_atom(a: Atom, env: Mapping[str, int], memo: dict[Atom, int]) -> int:
     if isinstance(a, (Sym, Var)):
         return env[a.name]
-    if isinstance(a, FloorDiv):
-        return evaluate(a.num, env) // evaluate(a.den, env)
-    if isinstance(a, Mod):
-        return evaluate(a.num, env) % evaluate(a.den, env)
-    if isinstance(a, Min):
-        return min(evaluate(a.a, env), evaluate(a.b, env))
-    if isinstance(a, Max):
-        return max(evaluate(a.a, env), evaluate(a.b, env))
     if isinstance(a, Lookup):
-        return a.table.values[evaluate(a.index, env)]
-    raise TypeError(f"unknown atom {a!r}")
+        return a.table.values[evaluate(a.index, env, memo)]
+    if not isinstance(a, (FloorDiv, Mod, Min, Max)):
+        raise TypeError(f"unknown atom {a!r}")
+    x, y = (a.num, a.den) if isinstance(a, (FloorDiv, Mod)) else (a.a, a.b)
+    x, y = evaluate(x, env, memo), evaluate(y, env, memo)
+    return x // y if isinstance(a, FloorDiv) else x % y if isinstance(a, Mod) else min(x, y) if isinstance(
+        a, Min) else max(x, y)
 
 
 def product(dims: Iterable[PolyLike]) -> Poly:

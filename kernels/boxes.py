@@ -47,7 +47,7 @@ def box_block(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, s
                for _, e in roots for x in walk(e)):
         return None
     four = Poly.of(BOX)
-    at_block = Names({**names.vars, jv: "jb"}, names.syms, names.tables)
+    at_block = Names({**names.vars, jv: "jb"}, names.syms, names.tables, hoist=names.hoist)
     outs: list[str] = []
     stores: list[str] = []
     decls: list[str] = []

@@ -36,7 +36,7 @@ from evonnx.index import (
     subs,
 )
 from evonnx.kernels.boxes import box_block
-from evonnx.kernels.cprint import CTYPE, Names, lane_reduce, print_expr, print_poly, with_binding
+from evonnx.kernels.cprint import CTYPE, Hoist, Names, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import (
     Tables,
@@ -82,6 +82,7 @@ class _Kernel:
         self.tasks: list[str] = []
         self.runs: list[str] = []
         self.canon = Canon()  # equal reductions as one expression, across the kernel's tasks (share.py)
+        self.hoist = Hoist()  # long size expressions as locals, declared in every function (cprint.Hoist)
 
     def add_outputs(self, outputs: Sequence[KernelOutput]) -> None:
         """One task function per set of (output, piece) pairs with the same loops: outputs computed over one
@@ -150,7 +151,7 @@ class _Kernel:
         # an ArgMax searches for its ReduceMax (one pass shared with a ReduceMax of the same values); the lane
         # tasks keep theirs (cprint.lane_reduce computes both per lane in one pass)
         roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon), strict=True))
-        names = Names(cvars, self.sym_names, self.tables.names)
+        names = Names(cvars, self.sym_names, self.tables.names, hoist=self.hoist)
         row_body, body = _body(roots, targets, names, jv := loop_var(inner) if inner is not None else None)
         boxes = box_block(roots, targets, jv, unrolled, names,
                           lambda outs, seeded: _body(roots, targets, names, jv, outs=outs, seeded=seeded)[1])
@@ -194,7 +195,7 @@ class _Kernel:
         cvars: dict[Var, str] = {lp.atom(): f"o{n}" for n, lp in enumerate(rest)}  # type: ignore[misc]
         cvars[wv], cvars[jv] = "w", "j"
         self.tables.collect(expr)
-        names = Names(cvars, self.sym_names, self.tables.names)
+        names = Names(cvars, self.sym_names, self.tables.names, hoist=self.hoist)
         # what does not depend on j is computed once per w, into arrays over the tile's rows
         decls: list[str] = []
         row_body, body = _body([(pos, expr)], [(oi, o.dtype)], names, jv, row_arrays=decls)
@@ -240,7 +241,7 @@ class _Kernel:
         cvars[lane] = lane_name
         if not on_inner:
             cvars[jv] = "j"
-        names = Names(cvars, self.sym_names, self.tables.names)
+        names = Names(cvars, self.sym_names, self.tables.names, hoist=self.hoist)
         bind = f"const int64_t {lane_name} = l0 + ll;"
         decls: list[str] = []
         row_lanes: list[str] = []
@@ -294,7 +295,7 @@ class _Kernel:
             lines.append(f"    {t} *restrict out{k} = ({t} *)c->out[{k}];")
         for s, n in self.sym_names.items():
             lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
-        return "\n".join(lines)
+        return "\n".join([*lines, Hoist.HOISTED])
 
 
 def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:
@@ -416,7 +417,7 @@ def _body(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]]
 def _kernel_source(spec: KernelSpec) -> str:
     k = _Kernel(spec)
     k.add_outputs(spec.outputs)
-    names = Names({}, k.sym_names, k.tables.names)
+    names = Names({}, k.sym_names, k.tables.names)  # the input checks come first, before the sizes are checked
     binding, sym_binding = bind_symbols(spec, k.syms, k.sym_names)
     checks = []
     for si, i in enumerate(spec.inputs):
@@ -438,6 +439,8 @@ def _kernel_source(spec: KernelSpec) -> str:
             f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: size {encode(sym.name)} = %lld is above 2^40, "
             f"the largest a fused kernel takes\", (long long){n});\n"
             f"        return 1;\n    }}")
+    checks.append(Hoist.HOISTED)  # the sizes are in range from here on
+    names = Names({}, k.sym_names, k.tables.names, hoist=k.hoist)
     for c in spec.checks:
         pa, pb = print_poly(c.lhs, names), print_poly(c.rhs, names)
         if c.kind == "bcast":
@@ -482,7 +485,7 @@ def _kernel_source(spec: KernelSpec) -> str:
     for oi, o in enumerate(spec.outputs):
         io.append(f" * out{oi}: {encode(o.name)} {o.dtype}[{encode(', '.join(map(str, o.shape)), limit=240)}] reads "
                   + encode("; ".join(o.reads), limit=400))
-    return drop_unused_locals(template("kernel.c").substitute(
+    return drop_unused_locals(k.hoist.place(template("kernel.c").substitute(
         kernel=spec.name, nodes=node_list(spec.source_nodes), ops=encode(" ".join(spec.source_ops), limit=400),
         io_comment="\n".join(io), n_in_alloc=max(1, len(spec.inputs)), n_out=len(spec.outputs),
         n_sym_alloc=max(1, len(k.syms)), n_ranges=max(1, len(k.runs)),
@@ -493,7 +496,7 @@ def _kernel_source(spec: KernelSpec) -> str:
         in_ranks=", ".join(str(len(i.shape)) for i in spec.inputs) or "0",
         out_types=", ".join(str(ONNX_CODE[o.dtype]) for o in spec.outputs),
         out_ranks=", ".join(str(len(o.shape)) for o in spec.outputs),
-        n_in=len(spec.inputs), fingerprint=kernel_fingerprint(spec)))
+        n_in=len(spec.inputs), fingerprint=kernel_fingerprint(spec), hoisted=Hoist.HOISTED)))
 
 
 def _zero_div_check(spec: KernelSpec) -> str:

@@ -36,8 +36,9 @@ class Names:
     """
 
     def __init__(self, vars_: dict[Var, str], syms: dict[Sym, str], tables: dict[object, str],
-                 index_type: str | None = None):
+                 index_type: str | None = None, hoist: Hoist | None = None):
         self.vars = vars_
+        self.hoist = hoist if index_type is None else None
         self.syms = syms
         self.tables = tables  # index.Table and expr.ValueTable objects -> C array names
         self.index_type = index_type
@@ -65,6 +66,26 @@ class Names:
         return f"(({self.index_type}){c})" if -(1 << 31) <= c < (1 << 31) else f"(({self.index_type})INT64_C({c}))"
 
 
+class Hoist:
+    """A kernel's long size expressions, each printed once as a local (`z<k>`) that every function of the kernel
+    declares after its size symbols (`HOISTED`, replaced by `lines`; unused ones are dropped). A min, max, floor
+    division or modulo of sizes alone (no loop variable) that prints longer than `LONG` characters is named: the
+    offsets of a chain of Slices of symbolic sizes nest such atoms, and printed in place they repeat the same
+    subexpression at every use (fuzz case 109: a 3.8 MB line of one task, 25 s of gcc). evo_fdiv and evo_fmod are
+    total and min/max cannot fail, so computing them ahead of the checks that use them changes nothing."""
+
+    LONG = 48
+    HOISTED = "    `hoisted`"  # a backtick: never in encoded model text (ctext._SAFE), so never in a comment
+
+    def __init__(self) -> None:
+        self.text: dict[Atom, str] = {}  # each size atom printed: its text or its local's name
+        self.lines: list[str] = []
+
+    def place(self, source: str) -> str:
+        """`source` with each HOISTED marker line replaced by the declarations."""
+        return source.replace(self.HOISTED + "\n", "".join(ln + "\n" for ln in self.lines))
+
+
 def print_poly(p: Poly, names: Names) -> str:
     if not p.terms:
         return "0"
@@ -85,6 +106,23 @@ def _atom(a: Atom, names: Names) -> str:
         return names.vars[a]
     if isinstance(a, Sym):
         return names.syms[a]
+    h = names.hoist
+    if h is not None and isinstance(a, (FloorDiv, Mod, Min, Max)):
+        known = h.text.get(a)
+        if known is not None:
+            return known
+        text = _compound(a, names)
+        parts = (a.num, a.den) if isinstance(a, (FloorDiv, Mod)) else (a.a, a.b)
+        if not any(isinstance(x, (Var, Lookup)) for p in parts for x in p.atoms()):
+            if len(text) > h.LONG:
+                h.lines.append(f"    const int64_t z{len(h.lines)} = {text};")
+                text = f"z{len(h.lines) - 1}"
+            h.text[a] = text
+        return text
+    return _compound(a, names)
+
+
+def _compound(a: Atom, names: Names) -> str:
     if isinstance(a, FloorDiv):
         return f"evo_fdiv({print_poly(a.num, names)}, {print_poly(a.den, names)})"
     if isinstance(a, Mod):

@@ -29,7 +29,7 @@ _MAX_CHARS = 96  # a longer name is cut, with a digest of the whole name so diff
 def encode(text: str, limit: int = _MAX_CHARS) -> str:
     """`text` as comment or string-literal content: safe characters kept, every other UTF-8 byte as `~XX`."""
     out: list[str] = []
-    for ch in text:
+    for ch in text[:limit + 1]:  # what is cut needs no encoding (sizes nested to megabytes of text: fuzz case 109)
         if ch in _SAFE and not (out and out[-1] + ch in ("*/", "/*")):
             out.append(ch)
         else:

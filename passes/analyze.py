@@ -238,6 +238,13 @@ def node_reads(node: gs.Node) -> list[str]:
     return list(dict.fromkeys([t.name for t in node.inputs if t.name] + subgraph_reads(node)))
 
 
+# The largest size expression a lowered node may give its outputs, in atoms written out as a tree (Poly.weight).
+# Each Slice of a symbolic size nests the size before it about three times (min/max of start, end and the dim):
+# 12 chained Slices made sizes of 2.4 million atoms, and every walk over them (bounds, printing, overflow checks)
+# took minutes (fuzz case 109). The detection heads of the corpus stay below 16.
+MAX_SIZE_WEIGHT = 1024
+
+
 def analyze(graph: gs.Graph, opset: int) -> Analysis:
     an = Analysis({}, {})
     syms = _Symbols(an)
@@ -269,6 +276,10 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
             return
     with L.collect_checks() as found:
         result = _lower_standalone(node, an) if (newer := _newer_definition(node, opset)) is None else newer
+    if isinstance(result, list) and (w := max((d.weight() for lz in result for d in lz.shape), default=0)) > \
+            MAX_SIZE_WEIGHT:
+        result = Reject(f"its output sizes nest {w} min/max/division terms deep (above {MAX_SIZE_WEIGHT}); left to "
+                        "onnxruntime, its outputs get sizes of their own")
     an.lowered[node.name] = result
     if isinstance(result, list):
         load_free = all(an.tensors[t.name].value is not None for t in node.inputs if t.name)

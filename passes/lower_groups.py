@@ -8,6 +8,8 @@ reads it; a fused kernel reads only its data inputs, so shape arithmetic feeding
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence, Set
 from dataclasses import replace
 
@@ -239,6 +241,7 @@ def overflows(p: PolyLike) -> bool:
     return total > INT64_MAX
 
 
+@functools.lru_cache(maxsize=1 << 16)  # each atom once: nested min/max share subexpressions (fuzz case 109)
 def _atom_overflows(a: Atom) -> bool:
     if isinstance(a, Var):
         return overflows(a.extent)

@@ -27,6 +27,7 @@ static int ${kernel}_compute(const evo_args *a, char *err) {
     (void)err;
     const int64_t *const *in_dims = a->input_dims;
 $sym_binding
+$hoisted
     ${kernel}_ctx c;
     memset(&c, 0, sizeof c);
 $ctx_fill
