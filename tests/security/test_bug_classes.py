@@ -168,8 +168,10 @@ REPLAYS = sorted((Path(__file__).resolve().parent / "replays").glob("*.onnx"))
 # the way (a two-axis reduction computed ahead on lanes).
 # case000210 (seed 910004): onnxruntime's memory planner fails a float16 ReduceMean it runs itself in the optimized
 # graph (a buffer re-used across an empty-input quirk shape); the check refuses that model.
+# case000109 (seed 960002): a timeout (sizes of chained Slices nested to 6.5 MB of C); the original fails every
+# generated input (a ScatterND index of INT64_MAX), so the refusal, in seconds, is the outcome.
 REFUSED_REPLAYS = {"case003193-6725a008", "case001389-21aa2b26", "case000229-2824b434", "case000512-8921c9d0",
-                   "case000210-89b83296"}
+                   "case000210-89b83296", "case000109-be84bdfd"}
 
 
 @pytest.mark.parametrize("path", REPLAYS, ids=[p.stem for p in REPLAYS])
