@@ -116,7 +116,11 @@ def flipped_decisions(original: onnx.ModelProto, name: str, feeds: Mapping[str, 
     values). A last-bit difference of evonnx's exp against onnxruntime's flips such a decision; any other
     difference is a mismatch."""
     node = next((n for n in original.graph.node if name in n.output), None)
-    if node is None or node.op_type not in _DECISIONS or node.domain not in ("", "ai.onnx"):
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return 0
+    if node.op_type in _MOVES:
+        return _moved_flips(original, name, feeds, ref, got, run, rtol)
+    if node.op_type not in _DECISIONS:
         return 0
     operands = list(node.input[:1] if node.op_type in ("Cast", "ArgMax", "ArgMin") else node.input[:2])
     probe = onnx.ModelProto()
@@ -145,6 +149,54 @@ def flipped_decisions(original: onnx.ModelProto, name: str, feeds: Mapping[str, 
         floor = 1.0 if node.op_type == "Cast" else 1e-30
         near = np.abs(a - b) <= tol * np.maximum(np.maximum(np.abs(a), np.abs(b)), floor)
     return int(bad.sum()) if near.all() else 0
+
+
+def _moved_flips(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], ref: np.ndarray,
+                 got: np.ndarray, run: Runner, rtol: Mapping[str, float]) -> int:
+    """`flipped_decisions` of a bool output that moves comparisons (a Transpose, Reshape or Concat of them): the
+    original is run with each comparison replaced by whether its operands are within the float tolerance of each
+    other, so the moves carry that to the output's positions; every differing element must be such a one."""
+    comparisons = _decided_by_comparisons(original, name, _MOVES)
+    if ref.dtype != bool or not comparisons:
+        return 0
+    try:
+        typed = onnx.shape_inference.infer_shapes(original)
+    except Exception:  # noqa: BLE001 - no types, no excuse
+        return 0
+    types = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.input, *typed.graph.value_info,
+                                                            *typed.graph.output, *typed.graph.initializer]
+             if hasattr(v, "type")}
+    types.update({t.name: t.data_type for t in typed.graph.initializer})
+    probe = onnx.ModelProto()
+    probe.CopyFrom(original)
+    taken = {t for n in probe.graph.node for t in [*n.input, *n.output]}
+    for k, c in enumerate(comparisons):
+        elem = types.get(c.input[0])
+        if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
+            return 0
+        tol = rtol.get(str(onnx.helper.tensor_dtype_to_np_dtype(elem)), 1e-3)
+        t = [f"evonnx_near{k}_{i}" for i in range(9)]
+        if taken & set(t):
+            return 0
+        out = probe.graph.node[list(original.graph.node).index(c)]
+        near_of, out.output[0] = out.output[0], t[8]
+        f64 = onnx.TensorProto.DOUBLE
+        probe.graph.node.extend([
+            onnx.helper.make_node("Cast", [c.input[0]], [t[0]], to=f64),
+            onnx.helper.make_node("Cast", [c.input[1]], [t[1]], to=f64),
+            onnx.helper.make_node("Sub", [t[0], t[1]], [t[2]]), onnx.helper.make_node("Abs", [t[2]], [t[3]]),
+            onnx.helper.make_node("Abs", [t[0]], [t[4]]), onnx.helper.make_node("Abs", [t[1]], [t[5]]),
+            onnx.helper.make_node("Max", [t[4], t[5], f"evonnx_near{k}_floor"], [t[6]]),
+            onnx.helper.make_node("Mul", [t[6], f"evonnx_near{k}_tol"], [t[7]]),
+            onnx.helper.make_node("LessOrEqual", [t[3], t[7]], [near_of])])
+        probe.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(1e-30), f"evonnx_near{k}_floor"),
+                                        onnx.numpy_helper.from_array(np.array(tol), f"evonnx_near{k}_tol")])
+    values = run(probe, feeds, "with its comparisons' margins")  # onnxruntime sorts the nodes itself
+    near = None if values is None else np.asarray(values.get(name))
+    if near is None or near.dtype != bool or near.shape != ref.shape:
+        return 0
+    bad = ref != got
+    return int(bad.sum()) if bool(near[bad].all()) else 0
 
 
 def _picked(node: onnx.NodeProto, x: np.ndarray, ref: np.ndarray,
@@ -177,7 +229,11 @@ _BOOL_CARRIERS = {"Transpose": (0,), "Reshape": (0,), "Flatten": (0,), "Squeeze"
                   "Concat": None, "Split": (0,), "Not": (0,), "And": (0, 1), "Or": (0, 1), "Xor": (0, 1)}
 
 
-def _decided_by_comparisons(original: onnx.ModelProto, name: str) -> list[onnx.NodeProto]:
+_MOVES = {op: carried for op, carried in _BOOL_CARRIERS.items() if op not in ("Where", "Not", "And", "Or", "Xor")}
+
+
+def _decided_by_comparisons(original: onnx.ModelProto, name: str,
+                            carriers: Mapping[str, tuple[int, ...] | None] = _BOOL_CARRIERS) -> list[onnx.NodeProto]:
     """The comparisons the bool tensor `name` is computed from by moves and logic alone (a Transpose of a
     GreaterOrEqual: fuzz case 3078); [] where it is computed otherwise."""
     producer = {t: n for n in original.graph.node for t in n.output}
@@ -194,8 +250,8 @@ def _decided_by_comparisons(original: onnx.ModelProto, name: str) -> list[onnx.N
             compared.append(node)
         elif node.op_type == "Constant":
             continue
-        elif node.op_type in _BOOL_CARRIERS:
-            carried = _BOOL_CARRIERS[node.op_type]
+        elif node.op_type in carriers:
+            carried = carriers[node.op_type]
             todo.extend(x for i, x in enumerate(node.input) if x and (carried is None or i in carried))
         else:
             return []

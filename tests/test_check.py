@@ -202,6 +202,20 @@ def test_decisions_flipped_at_their_threshold_are_told_apart_from_wrong_ones(tmp
     assert not _flips_at_thresholds(model, "y", feeds, ref, np.array([False, True, ref[2], False]), result)
     # Cast to int64 of sigmoid: 0 everywhere; 1 would need a value within rounding of 1.0, which none is
     assert not _flips_at_thresholds(model, "k", feeds, np.zeros(4, np.int64), np.array([0, 0, 1, 0]), result)
+    # the same decisions moved (Reshape, Transpose) before they are an output: each position is judged by the
+    # operands of the comparison it came from
+    moved = _save(tmp_path, [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Greater", ["s", "t"], ["y"]),
+                             helper.make_node("Reshape", ["y", "shape"], ["r"]),
+                             helper.make_node("Transpose", ["r"], ["z"], perm=[1, 0])],
+                  [_vi("x", F, [4]), _vi("t", F, [4])], [_vi("z", TensorProto.BOOL, [2, 2])], name="moved",
+                  inits={"shape": np.array([2, 2], np.int64)})
+    moved_model = onnx.load(str(moved))
+    zref = ref.reshape(2, 2).T
+    flip = np.array([True, False, ref[2], False]).reshape(2, 2).T
+    wrong = np.array([False, True, ref[2], False]).reshape(2, 2).T
+    assert _flips_at_thresholds(moved_model, "z", feeds, zref, flip, result)
+    assert result.flips == 2
+    assert not _flips_at_thresholds(moved_model, "z", feeds, zref, wrong, result)
 
 
 def test_an_argmax_of_near_equal_values_may_pick_either(tmp_path: Path) -> None:
