@@ -23,8 +23,9 @@ from typing import Any
 
 import onnx
 
-from evonnx.api import library_path, optimize, timing_feeds
+from evonnx.api import library_path, optimize
 from evonnx.errors import EvonnxError, UsageError, VerificationError
+from evonnx.guard import timing_feeds
 from evonnx.isolate import CrashError
 from evonnx.measure import MeasureError, compare_models, cpu_model
 from evonnx.model import DOMAIN, load_model

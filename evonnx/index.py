@@ -583,8 +583,8 @@ def _eval_atom(a: Atom, env: Mapping[str, int], memo: dict[Atom, int]) -> int:
         return a.table.values[evaluate(a.index, env, memo)]
     if not isinstance(a, (FloorDiv, Mod, Min, Max)):
         raise TypeError(f"unknown atom {a!r}")
-    x, y = (a.num, a.den) if isinstance(a, (FloorDiv, Mod)) else (a.a, a.b)
-    x, y = evaluate(x, env, memo), evaluate(y, env, memo)
+    p, q = (a.num, a.den) if isinstance(a, (FloorDiv, Mod)) else (a.a, a.b)
+    x, y = evaluate(p, env, memo), evaluate(q, env, memo)
     return x // y if isinstance(a, FloorDiv) else x % y if isinstance(a, Mod) else min(x, y) if isinstance(
         a, Min) else max(x, y)
 

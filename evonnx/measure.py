@@ -214,7 +214,7 @@ class Comparison:
     def slower(self) -> bool:
         """The optimized model's median loses by more than NOISE_FLOOR. The spread of the rounds does not widen
         that margin: on a loaded machine (spread +-13 %) a kernel set measured at 0.886x would otherwise pass as a
-        tie; a noisy measurement is timed again, longer (`api.GUARD_RETIME_NOISE`), and what stays below 0.98x is
+        tie; a noisy measurement is timed again, longer (`guard.GUARD_RETIME_NOISE`), and what stays below 0.98x is
         left to onnxruntime. Never slower is the promise; a neutral kernel dropped on a noisy machine costs
         nothing."""
         return self.ratio < 1.0 - NOISE_FLOOR

@@ -34,6 +34,8 @@ class GuardResult:
     comparisons: list[Comparison]  # the final model against the original, per thread count
     dropped: list[tuple[str, int, str]] = field(default_factory=list)  # (what, kernels, the measurement before)
     note: str = ""
+    # kernels a tie below 1.0x tried leaving to onnxruntime and kept: (what, kernels, why they stayed)
+    declined: list[tuple[str, int, str]] = field(default_factory=list)
 
     def __str__(self) -> str:
         if self.note:
@@ -41,11 +43,14 @@ class GuardResult:
         text = "; ".join(str(c) for c in self.comparisons) or "no kernel kept: the model is written as the original"
         for what, n, before in self.dropped:
             text += f"; left {what} ({n}) to onnxruntime after {before}"
+        for what, n, why in self.declined:
+            text += f"; kept {what} ({n}): {why}"
         return text
 
     def as_dict(self) -> dict[str, object]:
         return {"comparisons": [c.as_dict() for c in self.comparisons], "note": self.note,
-                "dropped": [{"what": w, "kernels": n, "measured_before": b} for w, n, b in self.dropped]}
+                "dropped": [{"what": w, "kernels": n, "measured_before": b} for w, n, b in self.dropped],
+                "kept_after_trial": [{"what": w, "kernels": n, "why": y} for w, n, y in self.declined]}
 
 
 @dataclass

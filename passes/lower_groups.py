@@ -9,7 +9,6 @@ reads it; a fused kernel reads only its data inputs, so shape arithmetic feeding
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Sequence, Set
 from dataclasses import replace
 

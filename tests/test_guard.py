@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import evonnx
 import evonnx.api as api
+import evonnx.guard as guard
 from evonnx.measure import Comparison
 
 pytestmark = pytest.mark.compiler
@@ -51,8 +52,8 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, ratios: list[float]) -> list[int]
         calls.append(sum(n.op_type == "Fused" for n in onnx.load(optimized).graph.node))
         return _cmp(ratios[min(len(calls) - 1, len(ratios) - 1)], threads=threads)
 
-    monkeypatch.setattr(api, "compare_models", fake)
-    monkeypatch.setattr(api.os, "cpu_count", lambda: 1)  # one comparison per build
+    monkeypatch.setattr(guard, "compare_models", fake)
+    monkeypatch.setattr(guard.os, "cpu_count", lambda: 1)  # one comparison per build
     _profiled(monkeypatch, {})
     return calls
 
@@ -72,7 +73,7 @@ def _profiled(monkeypatch: pytest.MonkeyPatch, kernel_us: dict[str, float], node
                  if o in kernel_us}
         return NodeProfile(times, {k: "Fused" for k in times}, sum(times.values()))
 
-    monkeypatch.setattr(api, "profile_nodes", fake)
+    monkeypatch.setattr(guard, "profile_nodes", fake)
 
 
 def test_slower_below_the_floor_whatever_the_spread() -> None:
@@ -116,6 +117,37 @@ def test_a_kernel_slower_than_the_nodes_it_replaces_goes_first(tmp_path: Path,
     assert [k.source_ops for k in res.kernels] == [("Transpose", "Sigmoid", "Add")]
     assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[0][1], 1)]
     assert "kernels slower than the nodes they replace" in str(res.guard)
+
+
+def test_a_tie_below_one_tries_without_the_slower_kernels_and_keeps_the_faster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0.99x is a tie (within the 2% floor) but a loss: the plan without the kernel onnxruntime's profiler finds
+    # slower than its nodes is built, checked and timed, and the faster of the two is written
+    calls = _scripted(monkeypatch, [0.99, 0.99, 1.2])
+    _profiled(monkeypatch, {"b": 25.0, "y": 5.0})
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o.onnx", guard=True)
+    assert calls == [2, 2, 1]  # the tie confirmed (a narrow result is timed twice), then the trial
+    assert [k.source_ops for k in res.kernels] == [("Transpose", "Sigmoid", "Add")]
+    assert res.guard is not None and [(w, n) for w, n, _ in res.guard.dropped] == [(api.GUARD_STAGES[0][1], 1)]
+    assert res.guard.comparisons[0].ratio == 1.2 and not res.guard.declined
+    assert "tie of 0.990x" in {r.node: r.reason for r in res.plan.rejected}["neg"]
+    # the trial measures worse: the tied plan and its files are written back, and the summary says why
+    calls = _scripted(monkeypatch, [0.99, 0.99, 0.97])
+    _profiled(monkeypatch, {"b": 25.0, "y": 5.0})
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o2.onnx", guard=True, report=tmp_path / "r.json")
+    assert calls == [2, 2, 1] and len(res.kernels) == 2
+    assert sum(n.op_type == "Fused" for n in onnx.load(tmp_path / "o2.onnx").graph.node) == 2
+    assert res.guard is not None and not res.guard.dropped and res.guard.comparisons[0].ratio == 0.99
+    assert "kept kernels slower than the nodes they replace" in str(res.guard) and "0.970x" in str(res.guard)
+    assert '"kept_after_trial"' in (tmp_path / "r.json").read_text()
+    sess = evonnx.load_session(tmp_path / "o2.onnx")  # the library written back is the one built for it
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    assert sess.run(None, {"x": x})[0].shape == (1, 4, 16, 16)
+    # no kernel slower than its nodes: nothing to try, the tie stands
+    calls = _scripted(monkeypatch, [0.99])
+    res = evonnx.optimize(_conv_model(tmp_path), tmp_path / "o3.onnx", guard=True)
+    assert calls == [2, 2] and len(res.kernels) == 2
+    assert res.guard is not None and not res.guard.dropped and not res.guard.declined
 
 
 def test_a_narrow_win_is_confirmed_and_the_lower_ratio_stands(tmp_path: Path,

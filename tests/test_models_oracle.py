@@ -179,7 +179,8 @@ def test_models_can_be_timed_as_the_guard_and_bench_time_them(
     (inputs bound once as OrtValues). The suite runs with the guard off, so this is the one place the timing path
     meets every models/ model: a 0-d input bound as [1] once made the guard an internal error on gen_base_anchors.
     A few runs only; what the ratio says is for benchmarks."""
-    from evonnx.api import library_path, timing_feeds
+    from evonnx.api import library_path
+    from evonnx.guard import timing_feeds
     from evonnx.measure import compare_models
 
     entry = ENTRIES[name]
