@@ -12,10 +12,9 @@ from collections.abc import Callable, Sequence
 from evonnx.expr import Const, Expr, Load, Op, walk
 from evonnx.index import Poly, Var
 from evonnx.kernels.cprint import CTYPE, Names, print_poly
-from evonnx.kernels.schedule import LANES
+from evonnx.kernels.schedule import FOUR_BYTE_DTYPES, LANES
 
 BOX = 4  # elements of a box: the unrolled width a box block takes
-_FOUR_BYTES = frozenset({"float32", "int32", "uint32"})
 # Operations that cost a box task far more than the shuffles its blocks add: a task of boxes is blocked only where
 # one of these, or a division by a value, is computed. Measured on models/ at 1 thread against gcc's own
 # vectorisation (benchmarks/cpu.py): delta2bbox (exp) 364 -> 249 us, bbox2delta (log, divisions) 365 -> 349; but
@@ -41,7 +40,7 @@ def box_block(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, s
     is the plain one (`print_body`) with the block's arrays in place of those stores and reads, and the same
     temporaries before it. `unrolled` is the task's unrolled width, `jv` its inner loop (None: none)."""
     if (jv is None or unrolled is None or unrolled.const != BOX or len(roots) % BOX
-            or any(dtype not in _FOUR_BYTES for _, dtype in targets)):
+            or any(dtype not in FOUR_BYTE_DTYPES for _, dtype in targets)):
         return None
     if not any(isinstance(x, Op) and (x.op in _COSTLY or (x.op in ("div", "mod") and not isinstance(x.args[1], Const)))
                for _, e in roots for x in walk(e)):
@@ -94,7 +93,7 @@ def _whole_boxes_read(roots: Sequence[tuple[Poly, Expr]], jv: Var) -> list[tuple
         if x in seen:
             continue
         seen.add(x)
-        if isinstance(x, Load) and x.dtype in _FOUR_BYTES and x.index.coefficient(jv) == four:
+        if isinstance(x, Load) and x.dtype in FOUR_BYTE_DTYPES and x.index.coefficient(jv) == four:
             c = dict(x.index.terms).get((), 0) % BOX
             columns.setdefault((x.slot, x.index - c), {})[c] = x
         elif isinstance(x, Op):  # a guarded select's branches may read out of range: not taken as whole boxes

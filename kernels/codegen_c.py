@@ -49,9 +49,11 @@ from evonnx.kernels.printing import (
     template,
 )
 from evonnx.kernels.schedule import (
+    FOUR_BYTE_DTYPES,
     LANES,
     MAX_UNROLL,
     TILE,
+    TILE_ITEMSIZE,
     Piece,
     lane_axis,
     loop_var,
@@ -66,7 +68,6 @@ from evonnx.kernels.share import Canon, argmax_from_max
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
-_ITEMSIZE = {"float32": 4, "int32": 4, "uint32": 4}
 MAX_TASK_PARTS = 16  # (output, piece) pairs one task function computes at most
 
 
@@ -122,7 +123,7 @@ class _Kernel:
         outer, outer_ext = loops, exts
         if unroll is None and inner is not None and len(members) == 1:
             oi, o, pi, piece, expr, pos = members[0]
-            w = tile_axis(outer, inner, expr, pos, _ITEMSIZE.get(o.dtype, 0))
+            w = tile_axis(outer, inner, expr, pos, TILE_ITEMSIZE if o.dtype in FOUR_BYTE_DTYPES else 0)
             if w is not None:
                 self._add_tiled_task(outer, outer_ext, inner, inner_ext, w, members[0])
                 return

@@ -379,6 +379,8 @@ def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], E
 # registers and stored in the order the output is (`tile_axis`). 8 float32: one AVX register per row.
 TILE = 8
 TILE_ITEMSIZE = 4
+# the element types the 8 x 8 register transposes move (tiles, box blocks): 4 bytes, bits moved as they are
+FOUR_BYTE_DTYPES = frozenset({"float32", "int32", "uint32"})
 
 
 def tile_axis(outer: Sequence[Poly], inner: Poly, expr: Expr, pos: Poly, itemsize: int) -> int | None:
