@@ -60,6 +60,8 @@ def half_precision_outputs(model: onnx.ModelProto) -> set[str]:
     where every consumer is a Cast back (its RemoveDuplicateCastTransformer counts float16 -> float32 as lossless),
     or where it runs the consumers in float32 too, which depends on the whole graph and the optimization level:
     Exp(float16) -> Cast(float32) is never rounded to float16, at ORT_DISABLE_ALL too (fuzz case 2118)."""
+    if not _names_float16(model):  # no float16 comes in or is made: no shape inference (a check calls this)
+        return set()
     try:
         typed = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
     except Exception:  # noqa: BLE001 - onnx raises several types; without types, no output is marked
@@ -79,6 +81,22 @@ def half_precision_outputs(model: onnx.ModelProto) -> set[str]:
 
 
 _FLOAT16 = onnx.TensorProto.FLOAT16
+
+
+def _names_float16(model: onnx.ModelProto) -> bool:
+    """Whether float16 enters `model` anywhere: an input, output or initializer, or an attribute (a Cast's `to`,
+    a `dtype`, a Constant's tensor) that makes it. Without one, no tensor of it is float16."""
+    g = model.graph
+    if any(v.type.tensor_type.elem_type == _FLOAT16 for v in [*g.input, *g.output]) or any(
+            t.data_type == _FLOAT16 for t in [*g.initializer, *(x.values for x in g.sparse_initializer)]):
+        return True
+    for n in g.node:
+        for a in n.attribute:
+            if (a.type == onnx.AttributeProto.INT and a.i == _FLOAT16) or (
+                    a.type == onnx.AttributeProto.TENSOR and a.t.data_type == _FLOAT16) or a.type in (
+                    onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                return True
+    return False
 
 
 def outputs_untouched_by(model: onnx.ModelProto, touches: Callable[[onnx.NodeProto], bool]) -> set[str]:
