@@ -256,23 +256,36 @@ def _atom_overflows(a: Atom) -> bool:
 INT64_MAX = (1 << 63) - 1
 
 
+def _kernel_polys(s: KernelSpec) -> list[Poly]:
+    """Every size and index polynomial of a kernel: its shapes, checks, output positions and loads."""
+    polys = [d for i in s.inputs for d in i.shape] + [d for o in s.outputs for d in o.shape]
+    polys += [p for c in s.checks for p in (c.lhs, c.rhs, c.unless) if p is not None]
+    for o in s.outputs:
+        polys += list(o.index)
+        for x in walk(o.expr):
+            idx = getattr(x, "index", None) or getattr(x, "poly", None) or getattr(x, "var", None)
+            if isinstance(idx, Poly):
+                polys.append(idx)
+    return polys
+
+
 def overflowing_kernels(specs: Sequence[KernelSpec]) -> list[str]:
     """The kernels with an index or size polynomial whose int64 evaluation could overflow (`overflows`: a
     Range with a step near 2**63 over a symbolic limit, a Slice step of INT64_MIN on a symbolic dim).
     Such a kernel is left to onnxruntime, whose own arithmetic the fused one could not reproduce safely."""
-    out = []
-    for s in specs:
-        polys = [d for i in s.inputs for d in i.shape] + [d for o in s.outputs for d in o.shape]
-        polys += [p for c in s.checks for p in (c.lhs, c.rhs, c.unless) if p is not None]
-        for o in s.outputs:
-            polys += list(o.index)
-            for x in walk(o.expr):
-                idx = getattr(x, "index", None) or getattr(x, "poly", None) or getattr(x, "var", None)
-                if isinstance(idx, Poly):
-                    polys.append(idx)
-        if any(overflows(p) for p in polys):
-            out.append(s.name)
-    return out
+    return [s.name for s in specs if any(overflows(p) for p in _kernel_polys(s))]
+
+
+# The largest index or size polynomial a kernel may print, in atoms written out as a tree (Poly.weight): the
+# strides of a tensor whose dims are sums multiply out (six dims of ten terms each: a million terms), beyond what
+# the printer and gcc take in reasonable time. analyze.MAX_SIZE_WEIGHT bounds each size; this bounds what sizes
+# multiply into.
+MAX_INDEX_WEIGHT = 1 << 15
+
+
+def oversized_kernels(specs: Sequence[KernelSpec]) -> list[str]:
+    """The kernels with a polynomial above MAX_INDEX_WEIGHT: left to onnxruntime."""
+    return [s.name for s in specs if any(p.weight() > MAX_INDEX_WEIGHT for p in _kernel_polys(s))]
 
 
 def ill_conditioned_kernels(specs: Sequence[KernelSpec]) -> list[str]:

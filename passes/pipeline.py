@@ -22,6 +22,7 @@ from evonnx.passes.lower_groups import (
     kernels_on_cycle,
     lower_groups,
     overflowing_kernels,
+    oversized_kernels,
     without_groups,
 )
 from evonnx.passes.nms import replace_nms
@@ -112,6 +113,9 @@ def _run(model: onnx.ModelProto, planner: str, sizes: Mapping[str, int] | None, 
         if cycle := kernels_on_cycle(g, specs):
             plan = without_groups(plan, g, cycle, "its kernel would read the dims of a tensor computed from the "
                                   "kernel's own outputs (a cycle)")
+        elif big := oversized_kernels(specs):
+            plan = without_groups(plan, g, big, "its index arithmetic is too large to print (sizes that multiply "
+                                  "into polynomials of more than 32768 atoms)")
         elif over := overflowing_kernels(specs):
             plan = without_groups(plan, g, over, "its index arithmetic could overflow int64 at sizes up to 2^40 "
                                   "(a step or bound near 2^63 over a symbolic size)")
