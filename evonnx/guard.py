@@ -26,8 +26,10 @@ LAYOUT_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Glob
                         "Resize", "Upsample", "MatMul", "Gemm", "BatchNormalization", "InstanceNormalization",
                         "LayerNormalization"})
 GUARD_RETIME_NOISE = 0.10  # a comparison noisier than this is timed once more, longer
-# A win below this ratio is confirmed by a second comparison, and the lower ratio stands. On a shared machine one
-# interleaved run of YOLOv8's mmyolo head said 1.030x; four more said 0.83x to 0.85x (session 8's note).
+# A win below this ratio, or one that twice its noise would take below 1.0x, is confirmed by a second comparison,
+# and the lower ratio stands. On a shared machine one interleaved run of YOLOv8's mmyolo head said 1.030x; four
+# more said 0.83x to 0.85x (session 8's note). mmdet RetinaNet's TopK head (dynamo, 18) measured 1.120x +-6.5% at
+# the guard and 0.950x +-1.3% in whole_models.py.
 GUARD_CONFIRM_BELOW = 1.05
 GUARD_STAGES = (
     ("slower", "kernels slower than the nodes they replace (onnxruntime's profiler, 1 thread)"),
@@ -115,7 +117,8 @@ def time_against_original(as_written: onnx.ModelProto, optimized: Path, library:
                     again = compare_models(original, optimized, library, feeds, threads=threads,
                                            seconds=3 * seconds)
                     c = min(c, again, key=lambda x: x.noise)
-                if not c.slower and c.ratio < GUARD_CONFIRM_BELOW:  # a narrow win: the lower of two stands
+                if not c.slower and (c.ratio < GUARD_CONFIRM_BELOW or c.ratio * (1 - 2 * c.noise) < 1.0):
+                    # a narrow win, or one within its noise of a loss: the lower of two stands
                     again = compare_models(original, optimized, library, feeds, threads=threads, seconds=seconds)
                     c = min(c, again, key=lambda x: x.ratio)
                 out.append(c)
