@@ -340,6 +340,27 @@ class ViewSteps:
         self.add(y, x.dtype, x.shape[:-1] + ((4 if whole else self.fresh_dim()),))
         return True
 
+    def step_slice_chain(self) -> bool:
+        # Slices of Slices along one axis, concatenated (fuzz case 109): each Slice of a symbolic size nests the
+        # size before it in min/max, so long chains meet analyze.MAX_SIZE_WEIGHT (the node is left to onnxruntime)
+        # and short ones print their sizes through cprint.Hoist
+        x = self.pick(lambda t: t.rank >= 1 and self.small(t), "slice chain x")
+        if x is None:
+            return False
+        axis = self.draw(st.integers(0, x.rank - 1))
+        cur, parts = x.name, []
+        for _ in range(self.draw(st.integers(2, 14))):
+            s, e = self.draw(st.sampled_from([(1, -1), (0, -1), (1, I64_MAX), (-3, I64_MAX), (2, -2)]))
+            (cur,) = self.node("Slice", [cur, self.i64([s]), self.i64([e]), self.i64([axis - x.rank])])
+            if self.draw(st.booleans()):
+                parts.append(cur)
+        parts = parts or [cur]
+        shape = list(x.shape)
+        shape[axis] = self.fresh_dim()
+        (y,) = self.node("Concat", parts, axis=axis) if len(parts) > 1 else self.node("Identity", parts)
+        self.add(y, x.dtype, shape)
+        return True
+
     def step_matmul(self) -> bool:
         # MatMul by a constant matrix [K, N]: the small ones (K 2..32, N 1..4) fuse as an fma chain, the others
         # (K = 1, N = 5, K = 33) stay with onnxruntime; special values on both sides
