@@ -52,6 +52,7 @@ class TensorInfo:
     # its rank at run time may differ from the model's (downstream of a lazy.RankQuirk, or a reduction whose
     # kernel gives onnxruntime's shape of an empty input: lazy.Lazy.empty_shape): nothing after it is fused
     rank_quirk: bool = False
+    quirk_shape: tuple[Poly, ...] | None = None  # its shape where the rank differs, where evonnx knows it
 
     @property
     def value(self) -> Known | Derived | None:
@@ -296,12 +297,12 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
             # empty Gather whose indices must still fit a symbolic axis): its checks stay with it, a kernel that
             # reads it checks them, and rewrite does not fold the node away.
             an.tensors[o.name] = TensorInfo(o.name, lz.dtype, lz.shape, known, derived, checks, lz.uniform,
-                                            rank_quirk=lz.empty_shape is not None)
+                                            rank_quirk=lz.empty_shape is not None, quirk_shape=lz.empty_shape)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
-    if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or any(
+    if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or (any(
             (info := an.tensors.get(t.name)) is not None and (info.rank_quirk or _inference_disagrees(t, an) == "rank")
-            for t in node.inputs if t.name):
+            for t in node.inputs if t.name) and not _fails_on_quirk(node, an)):
         for o in outs:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None, None,
                                             rank_quirk=True)
@@ -324,6 +325,28 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         else:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
                                             syms.shape(o) if not stale else syms.fresh(o))
+
+
+def _fails_on_quirk(node: gs.Node, an: Analysis) -> bool:
+    """Whether onnxruntime fails `node` wherever its input takes its other rank, so that the quirk ends here: a
+    TopK of constant k along an axis that, in the quirk's shape, is a constant below k. mmdet's pre-NMS top-k,
+    `scores.max(-1)` then `.topk(1000)`: ReduceMax(x[B, A, 80], [-1]) is x itself at B = 0 (onnxruntime's
+    empty-input quirk), and a TopK of 1000 along its last axis of 80 fails there. Without this, nothing after
+    the TopK fused in the dynamic-batch exports (RetinaNet's, dynamo at opset 18: 167 nodes -> 140)."""
+    if node.op != "TopK" or node.domain not in (None, "", "ai.onnx") or len(node.inputs) < 2 or any(
+            (i := an.tensors.get(t.name)) is not None and (i.rank_quirk or _inference_disagrees(t, an) == "rank")
+            for t in node.inputs[1:] if t.name):
+        return False
+    data, k = an.tensors.get(node.inputs[0].name), an.tensors.get(node.inputs[1].name)
+    if data is None or data.quirk_shape is None or _inference_disagrees(node.inputs[0], an) == "rank":
+        return False
+    arr = k.known.array() if k is not None and k.known is not None else None
+    axis = int(node.attrs.get("axis", -1))
+    rank = len(data.quirk_shape)
+    if arr is None or arr.size != 1 or not -rank <= axis < rank:
+        return False
+    along = data.quirk_shape[axis].const
+    return along is not None and int(arr.reshape(-1)[0]) > along
 
 
 def _inference_disagrees(t: gs.Tensor, an: Analysis) -> str | None:
