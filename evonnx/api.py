@@ -56,24 +56,29 @@ def _worst(comparisons: Sequence[Comparison]) -> float:
 
 @dataclass
 class _Tied:
-    """A plan the guard measured as a tie below 1.0x, kept while the plan without its slower kernels is tried:
-    the `leave` it was built with, its build, and the staged files, written back if it stays."""
+    """A plan the guard measured as a tie below 1.0x, kept while the plan without its slower kernels is tried: its
+    build, its measurement, what the trial leaves (`what`, `kernels`), and its staged files as written."""
 
-    leave: dict[str, str]
     result: PipelineResult
     out_model: onnx.ModelProto
     checked: CheckResult | None
     comparisons: list[Comparison]
     what: str
     kernels: int
+    dst: Path
+    lib: Path
     model_bytes: bytes
     library_bytes: bytes
 
-    def restore(self, model: Path, library: Path) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None,
-                                                            list[Comparison]]:
-        model.write_bytes(self.model_bytes)
-        library.write_bytes(self.library_bytes)
-        return self.result, self.out_model, self.checked, self.comparisons
+    def restore(self, staged: _Staging, guarded: GuardResult,
+                why: str) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None]:
+        """The tie stands: its files written back, its measurement reported, the trial reported as declined."""
+        staged.path(self.dst).write_bytes(self.model_bytes)
+        staged.path(self.lib).write_bytes(self.library_bytes)
+        guarded.comparisons = self.comparisons
+        guarded.dropped.pop()
+        guarded.declined.append((self.what, self.kernels, why))
+        return self.result, self.out_model, self.checked
 
 
 def _folded_away(as_written: onnx.ModelProto, planned: onnx.ModelProto) -> list[str]:
@@ -158,10 +163,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 result, out_model, checked = _build(request, leave, check and not last, nms=not last)
             except VerificationError as e:
                 if tied is not None and guarded is not None:  # the tried plan failed the check: the tie stands
-                    result, out_model, checked, guarded.comparisons = tied.restore(staged.path(dst),
-                                                                                   staged.path(lib))
-                    guarded.dropped.pop()
-                    guarded.declined.append((tied.what, tied.kernels, f"it failed the check: {str(e)[:120]}"))
+                    result, out_model, checked = tied.restore(staged, guarded, f"it failed the check: {str(e)[:120]}")
                     break
                 if not leave or guarded is None:
                     raise
@@ -189,10 +191,8 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                                                     guard_seconds, checked.runs if checked is not None else ())
             except MeasureError as e:
                 if tied is not None and guarded is not None:  # the tried plan could not be timed: the tie stands
-                    result, out_model, checked, guarded.comparisons = tied.restore(staged.path(dst),
-                                                                                   staged.path(lib))
-                    guarded.dropped.pop()
-                    guarded.declined.append((tied.what, tied.kernels, f"the plan without them failed to time: {e}"))
+                    result, out_model, checked = tied.restore(staged, guarded, f"the plan without them failed to "
+                                                                               f"time: {e}")
                 elif guarded is None:
                     guarded = GuardResult([], note=f"skipped: {e}")
                 else:  # a later stage could not be timed: what was dropped stays reported
@@ -200,11 +200,9 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                     guarded.dropped.append((f"nothing more (the next measurement failed: {e})", 0, ""))
                 break
             if tied is not None and guarded is not None:  # the plan without the tie's slower kernels, timed
-                if (trial := _worst(comparisons)) <= _worst(tied.comparisons):  # the better of the two stays
-                    result, out_model, checked, comparisons = tied.restore(staged.path(dst), staged.path(lib))
-                    guarded.declined.append((tied.what, tied.kernels, f"measured {trial:.3f}x without them"))
-                    guarded.dropped.pop()
                 guarded.comparisons = comparisons
+                if (trial := _worst(comparisons)) <= _worst(tied.comparisons):  # the better of the two stays
+                    result, out_model, checked = tied.restore(staged, guarded, f"measured {trial:.3f}x without them")
                 break
             losing = [c for c in comparisons if c.slower]
             if guarded is None:
@@ -222,7 +220,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                                          checked.runs if checked is not None else ())
                 if not chosen:
                     break
-                tied = _Tied(dict(leave), result, out_model, checked, comparisons, what, len(chosen),
+                tied = _Tied(result, out_model, checked, comparisons, what, len(chosen), dst, lib,
                              staged.path(dst).read_bytes(), staged.path(lib).read_bytes())
                 leave.update({n: f"left to onnxruntime by the never-slower guard ({what}: measured a tie of "
                                  f"{_worst(comparisons):.3f}x with them)" for nodes in chosen for n in nodes})
