@@ -287,7 +287,8 @@ def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
                                                          req.user_inputs)
 
     req.progress("planning" + (f" without {len(leave)} nodes the guard left to onnxruntime" if leave else ""))
-    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave, nms=nms and target == "cpu")
+    result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave, nms=nms and target == "cpu",
+                          runtime_indices=target == "cpu")
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
     _declare_as_written(as_written, req.inferred, out_model)

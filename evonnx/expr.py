@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evonnx.index import Atom, Poly, PolyLike, floordiv, is_le, is_lt, is_nonneg, subs
+from evonnx.index import Atom, Foreign, Poly, PolyLike, floordiv, is_le, is_lt, is_nonneg, subs
 
 FLOATS = ("float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
@@ -533,3 +533,58 @@ def substitute(e: Expr, mapping: Mapping[Atom, PolyLike]) -> Expr:
         return r
 
     return go(e)
+
+
+@dataclass(frozen=True, slots=True)
+class Picked(Foreign):
+    """A position along an axis of `dim` elements read from a tensor at run time: a Gather's index `value` (an
+    int64 expression of loads; a reduction in it, an ArgMax's, is computed in place), counted from the end where
+    negative. onnxruntime's CPU kernels
+    fail the Run on an index outside [-dim, dim); a kernel checks each one where it reads it (`evo_pick` records
+    it in the task's failure flag and gives position 0), so the position is in [0, dim) wherever it is used. The
+    kernel also checks dim >= 1 wherever it reads one (lower_gathers), and computes the Gather's result whole, so
+    that every index is read and checked (`analyze.computed_whole`), as onnxruntime checks every one."""
+
+    value: Expr
+    dim: Poly
+
+    def children(self) -> tuple[Poly, ...]:
+        return (self.dim, *leaf_polys(self.value))
+
+    def bounds(self) -> tuple[Poly | None, Poly | None]:
+        return Poly(), self.dim - 1
+
+    def substituted(self, mapping: Mapping[Atom, PolyLike], memo: dict[Atom, Poly]) -> Poly:
+        return picked(substitute(self.value, mapping), subs(self.dim, mapping, memo))
+
+    def __str__(self) -> str:
+        return f"pick({self.value}, {self.dim})"
+
+
+def leaf_polys(e: Expr) -> list[Poly]:
+    """The index polynomials of `e`'s loads and index values (and its reductions' variables)."""
+    out: list[Poly] = []
+    for x in walk(e):
+        if isinstance(x, (Load, TableLoad)):
+            out.append(x.index)
+        elif isinstance(x, IndexVal):
+            out.append(x.poly)
+        elif isinstance(x, Reduce):
+            out.append(x.var)
+    return out
+
+
+def picked(value: Expr, dim: PolyLike) -> Poly:
+    """The position that index `value` (an integer expression) selects along an axis of `dim` elements: itself
+    when it is an index value provably in [0, dim), else a run-time `Picked` atom."""
+    dim = Poly.of(dim)
+    if value.dtype not in INTS:
+        raise TypeError(f"an index of {value.dtype}")
+    value = cast(value, "int64")
+    p = as_integer(value)
+    if p is not None:
+        if is_nonneg(p) and is_lt(p, dim):
+            return p
+        if p.const is not None and dim.const is not None and -dim.const <= p.const < 0:
+            return p + dim.const
+    return Poly.of(Picked(value, dim))

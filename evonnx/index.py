@@ -3,8 +3,8 @@
 A `Poly` is a polynomial with integer coefficients over *atoms*:
 - `Sym`: a size bound at run time (a dynamic batch `N`), always >= 0;
 - `Var`: a loop index in `[0, extent)`;
-- opaque atoms that do not simplify further: `FloorDiv`, `Mod`, `Min`, `Max` and `Lookup` (an entry of a
-  constant integer table, for Gather with constant indices).
+- opaque atoms that do not simplify further: `FloorDiv`, `Mod`, `Min`, `Max`, `Lookup` (an entry of a
+  constant integer table, for Gather with constant indices) and `Foreign` ones (`expr.Picked`: a run-time value).
 
 `floordiv` and `mod` use floor semantics (as Python does) and simplify with bounds: `(85*b + c) % 255` becomes
 `85*b + c` when `b < 3` and `c < 85` are known. This is what turns the div/mod chains of a general reshape back
@@ -14,7 +14,7 @@ into plain strides. Every function returns a new value; nothing is mutated.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from evonnx.errors import InternalError
@@ -29,6 +29,16 @@ class Atom:
 
     def sort_key(self) -> str:
         return str(self)
+
+
+class Foreign(Atom):
+    """An atom defined by another module through these hooks: the polynomials it nests, its bounds, and itself
+    with atoms replaced (`expr.Picked`, a position read from a tensor at run time). It has no plan-time value."""
+
+    __slots__ = ()
+    children: Callable[[], tuple[Poly, ...]]
+    bounds: Callable[[], tuple[Poly | None, Poly | None]]
+    substituted: Callable[[Mapping[Atom, PolyLike], dict[Atom, Poly]], Poly]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +280,7 @@ def _children(a: Atom) -> tuple[Poly, ...]:
         return (a.a, a.b)
     if isinstance(a, Lookup):
         return (a.index,)
-    return ()
+    return a.children() if isinstance(a, Foreign) else ()
 
 
 def _nested_atoms(a: Atom) -> set[Atom]:
@@ -315,6 +325,8 @@ def _atom_bounds(a: Atom, depth: int) -> tuple[Bound, Bound]:
         return Poly(), a.extent - 1
     if isinstance(a, Lookup):
         return Poly.of(min(a.table.values)), Poly.of(max(a.table.values))
+    if isinstance(a, Foreign):
+        return a.bounds()
     if isinstance(a, Mod):
         d = a.den.const
         if d is not None and d < 0:
@@ -506,20 +518,12 @@ def mod(p: PolyLike, d: PolyLike) -> Poly:
 
 def pmin(a: PolyLike, b: PolyLike) -> Poly:
     a, b = Poly.of(a), Poly.of(b)
-    if is_le(a, b):
-        return a
-    if is_le(b, a):
-        return b
-    return Poly.of(Min(a, b))
+    return a if is_le(a, b) else b if is_le(b, a) else Poly.of(Min(a, b))
 
 
 def pmax(a: PolyLike, b: PolyLike) -> Poly:
     a, b = Poly.of(a), Poly.of(b)
-    if is_le(a, b):
-        return b
-    if is_le(b, a):
-        return a
-    return Poly.of(Max(a, b))
+    return b if is_le(a, b) else a if is_le(b, a) else Poly.of(Max(a, b))
 
 
 # -- substitution and evaluation --------------------------------------------------------------------------
@@ -546,16 +550,14 @@ def _subs_atom(a: Atom, mapping: Mapping[Atom, PolyLike], memo: dict[Atom, Poly]
     done = memo.get(a)
     if done is not None:
         return done
-    if isinstance(a, FloorDiv):
-        r = floordiv(subs(a.num, mapping, memo), subs(a.den, mapping, memo))
-    elif isinstance(a, Mod):
-        r = mod(subs(a.num, mapping, memo), subs(a.den, mapping, memo))
-    elif isinstance(a, Min):
-        r = pmin(subs(a.a, mapping, memo), subs(a.b, mapping, memo))
-    elif isinstance(a, Max):
-        r = pmax(subs(a.a, mapping, memo), subs(a.b, mapping, memo))
+    if isinstance(a, (FloorDiv, Mod)):
+        r = (floordiv if isinstance(a, FloorDiv) else mod)(subs(a.num, mapping, memo), subs(a.den, mapping, memo))
+    elif isinstance(a, (Min, Max)):
+        r = (pmin if isinstance(a, Min) else pmax)(subs(a.a, mapping, memo), subs(a.b, mapping, memo))
     elif isinstance(a, Lookup):
         r = lookup(a.table, subs(a.index, mapping, memo))
+    elif isinstance(a, Foreign):
+        r = a.substituted(mapping, memo)
     else:
         r = Poly.of(a)
     memo[a] = r

@@ -49,8 +49,8 @@ def opset_max() -> int:
 # Ops that only move float16 values (or select among them): onnxruntime's CPU kernels compute every other op on
 # float16 in float32, and so do evonnx's (passes/lower_ops._in_float32)
 HALF_MOVES = frozenset({"Concat", "Flatten", "Identity", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
-                        "Unsqueeze", "Expand", "Tile", "Gather", "GatherElements", "ScatterND", "ScatterElements",
-                        "Where", "Shape", "Size"})
+                        "Unsqueeze", "Expand", "Tile", "Gather", "GatherElements", "GatherND", "ScatterND",
+                        "ScatterElements", "Where", "Shape", "Size"})
 
 
 def half_precision_outputs(model: onnx.ModelProto) -> set[str]:

@@ -501,14 +501,18 @@ def _kernel_source(spec: KernelSpec) -> str:
 
 
 def _zero_div_check(spec: KernelSpec) -> str:
-    """The compute function's failure when a task met an integer divisor of 0 (kernels with integer Div/Mod)."""
-    nodes = [n for n, op in zip(spec.source_nodes, spec.source_ops) if op in ("Div", "Mod")]
-    if not nodes:
-        return ""
-    return (f"    if (c.zero_div) {{\n"
-            f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: integer division by zero in "
-            f"{encode(', '.join(repr(n) for n in nodes), limit=240)} (onnxruntime fails this node too)\");\n"
-            f"        return 1;\n    }}")
+    """The compute function's failures when a task met an integer divisor of 0 (kernels with integer Div/Mod) or a
+    Gather index out of range (kernels that read indices at run time), as onnxruntime fails those nodes."""
+    out = []
+    for bit, ops, what in ((1, ("Div", "Mod"), "integer division by zero"),
+                           (2, ("Gather", "GatherElements", "GatherND"), "an index out of range")):
+        nodes = [n for n, op in zip(spec.source_nodes, spec.source_ops) if op in ops]
+        if nodes:
+            out.append(f"    if (c.zero_div & {bit}) {{\n"
+                       f"        snprintf(err, EVO_ERRLEN, \"kernel {spec.name}: {what} in "
+                       f"{encode(', '.join(repr(n) for n in nodes), limit=240)} (onnxruntime fails this node too)\");\n"
+                       f"        return 1;\n    }}")
+    return "\n".join(out)
 
 
 def _size_divisors(p: Poly) -> list[Poly]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from evonnx.errors import InternalError
-from evonnx.expr import FLOATS, HALF, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Reduce, TableLoad
+from evonnx.expr import FLOATS, HALF, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Picked, Reduce, TableLoad
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
@@ -113,7 +113,7 @@ def _atom(a: Atom, names: Names) -> str:
             return known
         text = _compound(a, names)
         parts = (a.num, a.den) if isinstance(a, (FloorDiv, Mod)) else (a.a, a.b)
-        if not any(isinstance(x, (Var, Lookup)) for p in parts for x in p.atoms()):
+        if not any(isinstance(x, (Var, Lookup, Picked)) for p in parts for x in p.atoms()):
             if len(text) > h.LONG:
                 h.lines.append(f"    const int64_t z{len(h.lines)} = {text};")
                 text = f"z{len(h.lines) - 1}"
@@ -134,6 +134,16 @@ def _compound(a: Atom, names: Names) -> str:
     if isinstance(a, Lookup):
         entry = f"{names.tables[a.table]}[{print_poly(a.index, names)}]"
         return entry if names.index_type is None else f"(({names.index_type}){entry})"
+    if isinstance(a, Picked) and names.index_type is None:
+        # the index read and checked where it is used (flag bit 2: the Run fails); one expression, no statement
+        saved, names.pre = names.pre, None
+
+        def inline(x: Expr) -> str:
+            return print_expr(x, names, inline)
+
+        text = f"evo_pick({inline(a.value)}, {print_poly(a.dim, names)}, &evo_zero)"
+        names.pre = saved
+        return text
     raise TypeError(f"cannot print atom {a!r}")
 
 

@@ -17,6 +17,7 @@ from evonnx.expr import (
     IndexVal,
     Load,
     Op,
+    Picked,
     Reduce,
     TableLoad,
     ValueTable,
@@ -326,6 +327,8 @@ def tables_in(e: Expr) -> Iterator[Table | ValueTable]:
             for a in p.atoms():
                 if isinstance(a, Lookup):
                     yield a.table
+                elif isinstance(a, Picked):  # an index read at run time, perhaps from a table
+                    yield from tables_in(a.value)
 
 
 def loop_var(p: Poly) -> Var:

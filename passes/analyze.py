@@ -209,6 +209,12 @@ def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
     0, read or not; a kernel checks only the elements it computes, so these results are kernel outputs."""
     out: set[str] = set()
     for n in graph.nodes:
+        if n.op in RUNTIME_GATHERS and len(n.inputs) > 1 and n.outputs:
+            # the same for a Gather of indices read at run time (lower_gathers): onnxruntime checks every index
+            ind = an.tensors.get(n.inputs[1].name)
+            if ind is None or ind.known is None or ind.known.array() is None:
+                out.add(n.outputs[0].name)
+            continue
         if n.op not in ("Div", "Mod") or len(n.inputs) < 2 or not n.outputs:
             continue
         res = an.tensors.get(n.outputs[0].name)
@@ -221,6 +227,7 @@ def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
 
 
 CANNOT_FAIL = ("Constant", "Shape", "Size", "Identity")
+RUNTIME_GATHERS = ("Gather", "GatherElements", "GatherND")
 
 
 def left_and_may_fail(node: gs.Node, an: Analysis) -> bool:

@@ -20,6 +20,7 @@ from evonnx.errors import InternalError, debug_checks
 from evonnx.model import HALF_MOVES
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import Derived, Handler, Known, MapKind, OpDef, Value, check_dtype
+from evonnx.passes.lower_gathers import DEFS as _GATHERS
 from evonnx.passes.lower_math import DEFS as _MATH
 from evonnx.passes.lower_reduce import DEFS as _REDUCE
 from evonnx.passes.lower_views import DEFS as _VIEWS
@@ -38,7 +39,7 @@ def _registry(*families: list[OpDef]) -> dict[str, OpDef]:
     return out
 
 
-OPS: dict[str, OpDef] = _registry(_MATH, _VIEWS, _REDUCE, _WRITES)
+OPS: dict[str, OpDef] = _registry(_MATH, _VIEWS, _REDUCE, _WRITES, _GATHERS)
 
 LOWER: dict[str, Handler] = {op: d.lower for op, d in OPS.items()}
 # Inputs read only for their value at plan time (never loaded by a kernel): these edges do not tie a node to

@@ -9,6 +9,7 @@ import numpy as np
 from evonnx import expr as E
 from evonnx.index import Poly, floordiv, is_nonneg, pmax, pmin, product
 from evonnx.passes import lazy as L
+from evonnx.passes import lower_gathers as G
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import (
     BIG,
@@ -176,18 +177,12 @@ def _slice(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[La
     return [out]
 
 
-def _constant_indices(op: str, attrs: Attrs, args: Args, vals: Vals) -> tuple[Lazy, int, np.ndarray]:
-    """(data, axis, indices) of a Gather/GatherElements whose indices are known at plan time; Reject otherwise."""
+def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
     axis = norm_axis(int(attrs.get("axis", 0)), x.rank, op)
     ind = vals[1].array() if vals[1] is not None else None
     if ind is None:
-        raise Reject(f"{op} indices are data-dependent")
-    return x, axis, ind
-
-
-def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
-    x, axis, ind = _constant_indices(op, attrs, args, vals)
+        return [G.gather(op, x, axis, args[1])]
     d = x.shape[axis].const
     if d is None:
         # onnxruntime fails the Run when an index is out of range: the kernel checks the same at run time
@@ -210,7 +205,11 @@ def _gather(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[L
 
 
 def _gather_elements(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
-    x, axis, ind = _constant_indices(op, attrs, args, vals)
+    x = args[0]
+    axis = norm_axis(int(attrs.get("axis", 0)), x.rank, op)
+    ind = vals[1].array() if vals[1] is not None else None
+    if ind is None:
+        return [G.gather_elements(op, x, axis, args[1])]
     if ind.ndim != x.rank:
         raise Reject("GatherElements indices of another rank than the data")  # onnxruntime fails too
     if ind.size == 0:
@@ -326,5 +325,5 @@ DEFS = [
     OpDef("Expand", _expand, _B, (1,)), OpDef("Tile", _tile, _B, (1,)), OpDef("Range", _range, _B, (0, 1, 2)),
     OpDef("ConstantOfShape", _constant_of_shape, _B, (0,), needs_data=False),
     # a Gather of one scalar index is a view (classify); indices of any other shape move elements
-    OpDef("Gather", _gather, _S, (1,)), OpDef("GatherElements", _gather_elements, _S, (1,)),
+    OpDef("Gather", _gather, _S), OpDef("GatherElements", _gather_elements, _S),
 ]

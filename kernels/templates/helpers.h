@@ -109,6 +109,17 @@ EVO_UNSIGNED_DIV(uint16_t, u16)
 EVO_UNSIGNED_DIV(uint32_t, u32)
 EVO_UNSIGNED_DIV(uint64_t, u64)
 
+/* A Gather's index read at run time (evonnx.expr.Picked), counted from the end where negative. One outside
+ * [-d, d) records bit 2 in the task's flag, so the CPU kernel fails the Run as onnxruntime's Gather,
+ * GatherElements and GatherND do, and gives position 0, never a read out of range (the kernel checked d >= 1
+ * before it reads one). */
+EVO_FN int64_t evo_pick(int64_t v, int64_t d, int *bad) {
+    const int64_t w = v < 0 ? v + d : v;
+    const int ok = (uint64_t)w < (uint64_t)d;
+    *bad |= ok ? 0 : 2;
+    return ok ? w : 0;
+}
+
 /* Float to integer Cast as onnxruntime's kernels do it on their device. On the CPU (x86-64) a static_cast is a
  * cvtt* instruction: NaN and values outside the 32- or 64-bit range give the "integer indefinite" INT_MIN, and the
  * narrower types truncate that 32-bit result (float to uint32/uint64 stays with onnxruntime). C leaves out-of-range conversions

@@ -10,7 +10,7 @@ typedef struct ${kernel}_ctx {
     void *out[$n_out];
     int64_t sym[$n_sym_alloc];
     evo_range ranges[$n_ranges];
-    int zero_div; /* a task met an integer divisor of 0 */
+    int zero_div; /* bits of the tasks' failures: 1, an integer divisor of 0; 2, an index out of range */
 } ${kernel}_ctx;
 $tables$tasks
 static int ${kernel}_infer(const int64_t *const *in_dims, const int32_t *in_ranks, int64_t *const *out_dims,

@@ -3,7 +3,7 @@
 EVO_TASK(${fname}) {
     const ${kernel}_ctx *c = (const ${kernel}_ctx *)vctx;
     const evo_range *rg = &c->ranges[$range];
-    int evo_zero = 0; /* an integer divisor was 0 (evo_nz_*) */
+    int evo_zero = 0; /* 1: an integer divisor was 0 (evo_nz_*); 2: an index out of range (evo_pick) */
 $bindings
     const int64_t lext = $lane_extent;
     const int64_t ext = $inner_extent;
@@ -25,5 +25,5 @@ $unit
         }
     }
     (void)ext;
-    if (evo_zero) __atomic_store_n((int *)&c->zero_div, 1, __ATOMIC_RELAXED);
+    if (evo_zero) __atomic_fetch_or((int *)&c->zero_div, evo_zero, __ATOMIC_RELAXED);
 }

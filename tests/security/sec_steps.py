@@ -420,3 +420,41 @@ class ViewSteps:
             n = x.rank
         self.add(s, "int64", (n,))
         return True
+
+    def step_runtime_gather(self) -> bool:
+        # Gather, GatherElements or GatherND of indices known only at run time (passes/lower_gathers.py): a tensor
+        # of the graph cast to int64, mostly taken modulo a bound (in range where the bound fits the axis, counted
+        # from the end when shifted down), else as it is (onnxruntime fails the Run on one out of range)
+        x = self.pick(lambda t: t.rank >= 1 and self.small(t), "runtime gather x")
+        if x is None:
+            return False
+        op = self.draw(st.sampled_from(["Gather", "GatherElements", "GatherND"]))
+        axis = self.draw(st.integers(0, x.rank - 1))
+        if op == "GatherElements":
+            t = x  # indices of the data's own shape
+        elif op == "GatherND":
+            t = self.pick(lambda t: 1 <= t.rank <= 3 and isinstance(t.shape[-1], int) and 1 <= t.shape[-1] <= x.rank,
+                          "runtime gathernd indices")
+        else:
+            t = self.pick(lambda t: t.rank <= 2 and t.dtype != "bool", "runtime gather indices")
+        if t is None or t.dtype == "bool":
+            return False
+        (ind,) = self.node("Cast", [t.name], to=7) if t.dtype != "int64" else (t.name,)
+        d = x.shape[axis] if op != "GatherND" else x.shape[0]
+        if self.draw(st.integers(0, 4)):
+            m = d if isinstance(d, int) and d > 0 else self.draw(st.sampled_from([1, 2, 3]))
+            (ind,) = self.node("Mod", [ind, self.const(np.array(m, np.int64))])
+            if self.draw(st.booleans()):
+                (ind,) = self.node("Sub", [ind, self.const(np.array(m, np.int64))])
+        written = axis - x.rank if self.draw(st.booleans()) else axis
+        if op == "Gather":
+            (y,) = self.node("Gather", [x.name, ind], axis=written)
+            self.add(y, x.dtype, x.shape[:axis] + t.shape + x.shape[axis + 1:])
+        elif op == "GatherElements":
+            (y,) = self.node("GatherElements", [x.name, ind], axis=written)
+            self.add(y, x.dtype, x.shape)
+        else:
+            k = t.shape[-1]
+            (y,) = self.node("GatherND", [x.name, ind])
+            self.add(y, x.dtype, t.shape[:-1] + x.shape[k:])
+        return True

@@ -1,0 +1,108 @@
+"""Gathers whose indices are read at run time: Gather, GatherElements and GatherND of indices that a kernel loads
+(a TopK's, or a grid built from sizes), as positions `expr.Picked` that the kernel checks where it reads them.
+
+onnxruntime's CPU kernels fail the Run on an index outside [-dim, dim), and check every index, read later or not.
+A kernel checks the indices it reads, so the result is computed whole (`analyze.computed_whole`: every element
+reads its index), and an axis of 0 elements is checked before anything is read (`evo_pick` gives position 0 for a
+bad index). Where onnxruntime may check an index that no result element reads (a Gather's or GatherND's slices of
+0 elements), the node stays with onnxruntime. The CUDA kernels cannot fail a Run, so a CUDA target leaves these
+nodes to onnxruntime (`RUNTIME_INDICES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextvars import ContextVar
+
+from evonnx import expr as E
+from evonnx.index import Poly, is_le, product
+from evonnx.passes import lazy as L
+from evonnx.passes.lazy import Index, Lazy, Reject
+from evonnx.passes.lower_common import Args, Attrs, MapKind, OpDef, Vals
+
+# Whether a kernel may read a Gather's indices at run time: the pipeline turns it off for a CUDA target.
+RUNTIME_INDICES: ContextVar[bool] = ContextVar("runtime_indices", default=True)
+
+
+def runtime_indices(op: str, ind: Lazy) -> None:
+    """Reject unless indices read at run time are allowed here and `ind` holds integers."""
+    if not RUNTIME_INDICES.get():
+        raise Reject(f"{op} indices are data-dependent (read at run time on the CPU only)")
+    if ind.dtype not in ("int32", "int64"):
+        raise Reject(f"{op} indices of {ind.dtype}")
+
+
+def _nonempty(dims: Sequence[Poly], op: str, what: str) -> None:
+    """onnxruntime checks the indices of slices of no element too, which a kernel never reads: these dims must be
+    provably at least 1."""
+    if not is_le(Poly.of(1), product(dims)):
+        raise Reject(f"{op} {what} may be empty (onnxruntime still checks the indices there)")
+
+
+def _axis_present(dim: Poly, out: Sequence[Poly], op: str) -> None:
+    """The kernel reads no index of an empty axis: it fails where the result has an element (onnxruntime fails
+    there on the first index it checks)."""
+    L.require_le(Poly.of(1), dim, f"{op} indexes an axis of 0 elements", unless=product(out))
+
+
+def gather(op: str, x: Lazy, axis: int, ind: Lazy) -> Lazy:
+    """Gather along `axis` at indices `ind` read at run time."""
+    runtime_indices(op, ind)
+    dim = x.shape[axis]
+    _nonempty(x.shape[axis + 1:], op, "slices")
+    out_shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
+    _axis_present(dim, out_shape, op)
+    r = ind.rank
+
+    def m(idx: Index) -> Index:
+        return idx[:axis] + (E.picked(ind.fn(idx[axis:axis + r]), dim),) + idx[axis + r:]
+
+    return L.remap(x, out_shape, m)
+
+
+def gather_elements(op: str, x: Lazy, axis: int, ind: Lazy) -> Lazy:
+    """GatherElements along `axis` at indices `ind` (of x's rank) read at run time."""
+    runtime_indices(op, ind)
+    if ind.rank != x.rank:
+        raise Reject("GatherElements indices of another rank than the data")
+    for k in range(x.rank):
+        if k != axis:  # onnxruntime fails the Run where an indices dim exceeds the data's
+            L.require_le(ind.shape[k], x.shape[k], f"GatherElements indices dim {k} must not exceed the data's")
+    dim = x.shape[axis]
+    _axis_present(dim, ind.shape, op)
+
+    def m(idx: Index) -> Index:
+        return idx[:axis] + (E.picked(ind.fn(idx), dim),) + idx[axis + 1:]
+
+    return L.remap(x, ind.shape, m)
+
+
+def _gather_nd(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+    x, ind = args[0], args[1]
+    runtime_indices(op, ind)
+    b = int(attrs.get("batch_dims", 0))
+    if ind.rank < 1 or not 0 <= b < min(ind.rank, x.rank):
+        raise Reject(f"GatherND with batch_dims {b} of indices of rank {ind.rank} and data of rank {x.rank}")
+    k = ind.shape[-1].const
+    if k is None or not 1 <= k <= x.rank - b:
+        raise Reject(f"GatherND index tuples of {ind.shape[-1]} elements into data of rank {x.rank}")
+    if any(d != e for d, e in zip(x.shape[:b], ind.shape[:b])):
+        raise Reject("GatherND batch dims of the indices not provably the data's")
+    rows = ind.shape[b:-1]
+    rest = x.shape[b + k:]
+    _nonempty(rest, op, "slices")
+    out_shape = ind.shape[:-1] + rest
+    dims = x.shape[b:b + k]
+    for d in dims:
+        _axis_present(d, out_shape, op)
+    nr = len(rows)
+
+    def m(idx: Index) -> Index:
+        at = idx[:b + nr]
+        pos = tuple(E.picked(ind.fn(at + (Poly.of(j),)), d) for j, d in enumerate(dims))
+        return idx[:b] + pos + idx[b + nr:]
+
+    return [L.remap(x, out_shape, m)]
+
+
+DEFS = [OpDef("GatherND", _gather_nd, MapKind.SHUFFLE)]
