@@ -130,10 +130,12 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
                 while isinstance(elem, E.Op) and elem.op in _MONOTONE and elem.args[0].dtype == x.dtype:
                     outer.append(elem.op)
                     elem = elem.args[0]
-                out = reduce(elem, kind)
+                out = _extreme(elem, kind, rvars, count, reduce)
                 for name in reversed(outer):
                     out = E.unary(name, out)
                 return out
+            if kind in ("max", "min") and x.dtype in E.FLOATS:
+                return _extreme(elem, kind, rvars, count, reduce)
             out = reduce(elem, "sum" if kind == "mean" else kind)
             if kind == "mean":
                 # onnxruntime's mean of an empty set is 0 (the spec's 0/0 would be NaN): the sum 0 over max(n, 1)
@@ -148,6 +150,25 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
 # Relu, Floor or Ceil: they map unequal inputs to +0 and -0, and the max of [ceil(-0.5), ceil(0)] is the first
 # zero, -0, where ceil(max) is +0.
 _MONOTONE = frozenset({"sigmoid", "exp", "tanh"})
+
+
+def _extreme(elem: Expr, kind: str, rvars: list[Poly], count: Poly, reduce: Callable[[Expr, str], Expr]) -> Expr:
+    """A float max or min of `elem` over the reduced axes, as onnxruntime takes it over their flattened elements:
+    NaN where the first element is NaN, else the extreme of the elements that are not NaN. Over one axis that is
+    each reduction's own rule (cprint). Over several, nested reductions each applying it would drop a later row
+    whose first element is NaN ([[-6.49, -0], [nan, 1.583]] gave -0 where onnxruntime gives 1.583; fuzz case
+    4071): the inner ones take NaN as -inf (+inf for min), and the first element alone decides NaN. That element
+    is read only where the reduction is not empty."""
+    loops = [v for v in rvars if v.atom() is not None]
+    if len(loops) < 2:
+        return reduce(elem, kind)
+    fill = E.const(float("-inf") if kind == "max" else float("inf"), elem.dtype)
+    inner = reduce(E.where(E.unary("isnan", elem), fill, elem), kind)
+    first = E.unary("isnan", E.substitute(elem, {v.atom(): 0 for v in loops}))  # type: ignore[misc]
+    if count.const is None or count.const < 1:
+        first = E.guarded_where(E.binary("gt", E.index_val(count), E.const(0, "int64")), first,
+                                E.Const(False, "bool"))
+    return E.where(first, E.const(float("nan"), elem.dtype), inner)
 
 
 def _logsumexp_shift(x: Lazy, full: list[Poly], rvars: list[Poly], count: Poly,
