@@ -282,6 +282,11 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
                                                   tuple(Poly.of(int(d)) for d in arr.shape), known_from_array(arr))
             an.lowered[node.name] = Reject("Constant (folded into its consumers)")
             return
+    if (entry := _dim_in_both_ranks(node, an)) is not None:
+        an.tensors[outs[0].name] = TensorInfo(outs[0].name, "int64", (), Known("int64", (), (E.index_val(entry),)))
+        an.lowered[node.name] = Reject("a dim of a tensor whose rank onnxruntime changes where it is empty, the same "
+                                       "in both shapes: its value is known, onnxruntime computes it")
+        return
     with L.collect_checks() as found:
         result = _lower_standalone(node, an) if (newer := _newer_definition(node, opset)) is None else newer
     if isinstance(result, list) and (w := max((d.weight() for lz in result for d in lz.shape), default=0)) > \
@@ -332,6 +337,31 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         else:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
                                             syms.shape(o) if not stale else syms.fresh(o))
+
+
+def _dim_in_both_ranks(node: gs.Node, an: Analysis) -> Poly | None:
+    """The value of Gather(Shape(q), i) for a constant scalar i when q takes another rank where it is empty
+    (`TensorInfo.quirk_shape`) and dim i is the same in both shapes, else None. TorchScript's dynamic-batch exports
+    of mmdet's pre-NMS top-k take k = scores.shape[1] on a level with fewer anchors than nms_pre: ReduceMax(x[B, A,
+    80], [-1]) is [B, A], or [0, A, 80] at B = 0, and dim 1 is A in both, so the TopK's k is known and the TopK
+    provably fails on the other shape (`_fails_on_quirk`); without this nothing after it fused (838 nodes -> 228)."""
+    if node.op != "Gather" or node.domain not in (None, "", "ai.onnx") or len(node.inputs) != 2 or \
+            int(node.attrs.get("axis", 0)) != 0 or len(node.inputs[0].inputs) != 1:
+        return None
+    shape_node = node.inputs[0].inputs[0]
+    if shape_node.op != "Shape" or shape_node.domain not in (None, "", "ai.onnx") or shape_node.attrs.get(
+            "start", 0) != 0 or shape_node.attrs.get("end") is not None or not shape_node.inputs:
+        return None
+    q = an.tensors.get(shape_node.inputs[0].name)
+    ind = an.tensors.get(node.inputs[1].name)
+    arr = ind.known.array() if ind is not None and ind.known is not None else None
+    if q is None or q.shape is None or q.quirk_shape is None or arr is None or arr.shape != ():
+        return None
+    i = int(arr)
+    a, b = i + len(q.shape) if i < 0 else i, i + len(q.quirk_shape) if i < 0 else i
+    if not (0 <= a < len(q.shape) and 0 <= b < len(q.quirk_shape)) or q.shape[a] != q.quirk_shape[b]:
+        return None
+    return q.shape[a]
 
 
 def _fails_on_quirk(node: gs.Node, an: Analysis) -> bool:

@@ -130,3 +130,47 @@ def test_a_topk_that_fails_on_the_quirk_shape_ends_the_quirk(tmp_path: Path, k: 
                 got.run(None, {"x": x})
             continue
         np.testing.assert_allclose(got.run(None, {"x": x})[0], want, rtol=1e-6)
+
+
+def _topk_of_all_model(tmp_path: Path, index: int) -> Path:
+    """As `_topk_model`, with k = scores.shape[index] (TorchScript's dynamic-batch export of a level with fewer
+    anchors than nms_pre): Gather(Shape(ReduceMax), index) -> Reshape([1]) -> TopK."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("ReduceMax", ["s", "ax"], ["m"], keepdims=0),
+             helper.make_node("Shape", ["m"], ["sh"]), helper.make_node("Gather", ["sh", "i"], ["n"], axis=0),
+             helper.make_node("Reshape", ["n", "one_dim"], ["k"]),
+             helper.make_node("TopK", ["m", "k"], ["v", "t"], axis=-1),
+             helper.make_node("Mul", ["v", "two"], ["a"]), helper.make_node("Add", ["a", "one"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array([-1], np.int64), "ax"),
+             onnx.numpy_helper.from_array(np.array(index, np.int64), "i"),
+             onnx.numpy_helper.from_array(np.array([1], np.int64), "one_dim"),
+             onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 50, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 50])], inits)
+    path = tmp_path / f"topk_all{index}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(path))
+    return path
+
+
+@pytest.mark.parametrize("index", [1, -1])
+def test_a_topk_of_a_dim_that_both_shapes_share_ends_the_quirk(tmp_path: Path, index: int) -> None:
+    # k = Shape(m)[1] is 50 in [N, 50] and in the quirk's [0, 50, 3]: the TopK of 50 along the last axis fails on
+    # [0, 50, 3], and what reads it fuses. Shape(m)[-1] is 50 in one shape and 3 in the other: the quirk goes on
+    src = _topk_of_all_model(tmp_path, index)
+    opt = tmp_path / f"topk_all{index}.opt.onnx"
+    evonnx.optimize(src, opt, guard=False, planner="greedy")
+    kept = [n.op_type for n in onnx.load(str(opt)).graph.node if n.domain != "ai.evonnx"]
+    assert ("Mul" in kept) == (index == -1), kept
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    got = evonnx.load_session(opt)
+    for n in (0, 1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 50, 3)).astype(np.float32)
+        try:
+            want = ref.run(None, {"x": x})[0]
+        except Exception:  # noqa: BLE001 - onnxruntime's TopK of 50 along 3 at N = 0
+            assert n == 0 and index == 1
+            with pytest.raises(Exception, match="k argument"):
+                got.run(None, {"x": x})
+            continue
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], want, rtol=1e-6)
