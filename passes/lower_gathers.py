@@ -4,9 +4,9 @@
 onnxruntime's CPU kernels fail the Run on an index outside [-dim, dim), and check every index, read later or not.
 A kernel checks the indices it reads, so the result is computed whole (`analyze.computed_whole`: every element
 reads its index), and an axis of 0 elements is checked before anything is read (`evo_pick` gives position 0 for a
-bad index). Where onnxruntime may check an index that no result element reads (a Gather's or GatherND's slices of
-0 elements), the node stays with onnxruntime. The CUDA kernels cannot fail a Run, so a CUDA target leaves these
-nodes to onnxruntime (`RUNTIME_INDICES`).
+bad index). Where onnxruntime may check an index that no result element reads (a Gather whose dims before or after
+the axis may be 0, a GatherND whose slices may be empty), the node stays with onnxruntime. The CUDA kernels cannot
+fail a Run, so a CUDA target leaves these nodes to onnxruntime (`RUNTIME_INDICES`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ def gather(op: str, x: Lazy, axis: int, ind: Lazy) -> Lazy:
     """Gather along `axis` at indices `ind` read at run time."""
     runtime_indices(op, ind)
     dim = x.shape[axis]
+    # onnxruntime checks every index before it copies anything, even where the result is empty because a dim
+    # before the axis is 0 (fuzz case 173, seed 969006: x[N, N] at N = 0); a kernel reads an index only for an
+    # element of the result, so those dims must be provably at least 1, as the slices after the axis
+    _nonempty(x.shape[:axis], op, "rows before the axis")
     _nonempty(x.shape[axis + 1:], op, "slices")
     out_shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
     _axis_present(dim, out_shape, op)
