@@ -20,7 +20,7 @@ import onnx.numpy_helper
 import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
-from evonnx.index import Max, Min, Poly, Sym, sym
+from evonnx.index import Max, Min, Poly, Sym, is_nonneg, sym
 from evonnx.isolate import doing, isolated
 from evonnx.model import REVIEWED_OPSET, ir_version_for
 from evonnx.passes import lazy as L
@@ -329,14 +329,40 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
     folded = None
     if node.inputs and all(a is not None or not t.name for a, t in zip(arrays, node.inputs)) and not node.domain:
         folded = _run_const_node(node, arrays, opset)
+    topk = _topk_shape(node, an)
     for k, o in enumerate(outs):
         if folded is not None and k < len(folded):
             arr = folded[k]
             an.tensors[o.name] = TensorInfo(o.name, _np_name(arr.dtype), tuple(Poly.of(int(d)) for d in arr.shape),
                                             known_from_array(arr))
+        elif topk is not None:
+            an.tensors[o.name] = TensorInfo(o.name, topk[1] if k == 0 else "int64", topk[0])
         else:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None,
                                             syms.shape(o) if not stale else syms.fresh(o))
+
+
+def _topk_shape(node: gs.Node, an: Analysis) -> tuple[tuple[Poly, ...], str] | None:
+    """The shape of a TopK's outputs (left to onnxruntime), its input's with the axis of k elements, and its values'
+    type, where evonnx knows the input's shape and k: onnxruntime gives exactly that wherever the Run succeeds (it
+    fails a k above the axis). ONNX shape inference leaves the dims unknown where k is computed (TorchScript's
+    dynamic exports), and the Concat of the levels' top-k boxes then did not provably agree off its axis."""
+    if node.op != "TopK" or node.domain not in (None, "", "ai.onnx") or len(node.outputs) != 2:
+        return None
+    data = an.tensors.get(node.inputs[0].name) if node.inputs else None
+    if len(node.inputs) > 1:
+        kt = an.tensors.get(node.inputs[1].name)
+        ks = kt.known.polys() if kt is not None and kt.known is not None else None
+    else:  # opset 1: an attribute
+        ks = [Poly.of(int(node.attrs["k"]))] if "k" in node.attrs else None
+    if data is None or data.shape is None or data.dtype is None or ks is None or len(ks) != 1 or \
+            not is_nonneg(ks[0]):
+        return None
+    rank, axis = len(data.shape), int(node.attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        return None
+    axis %= rank
+    return data.shape[:axis] + (ks[0],) + data.shape[axis + 1:], data.dtype
 
 
 def _dim_in_both_ranks(node: gs.Node, an: Analysis) -> Poly | None:

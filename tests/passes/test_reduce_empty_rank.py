@@ -168,3 +168,31 @@ def test_a_topk_of_a_dim_that_both_shapes_share_ends_the_quirk(tmp_path: Path, i
     kept = [n.op_type for n in onnx.load(str(opt)).graph.node if n.domain != "ai.evonnx"]
     assert ("Mul" in kept) == (index == -1), kept
     _compare_topk(src, opt, fails_at_zero=index == 1)
+
+
+def test_a_topk_of_k_computed_has_the_shape_its_k_gives(tmp_path: Path) -> None:
+    # k = x2.shape[1] (7), computed in the graph: ONNX shape inference leaves the TopKs' outputs [?, ?], evonnx
+    # gives them [N, 7], and the Concat of both levels' top-k (axis 0) provably agrees off its axis and fuses
+    nodes = [helper.make_node("Shape", ["x2"], ["sh"]), helper.make_node("Gather", ["sh", "i"], ["n"], axis=0),
+             helper.make_node("Reshape", ["n", "one_dim"], ["k"]),
+             helper.make_node("TopK", ["x1", "k"], ["v1", "t1"], axis=-1),
+             helper.make_node("TopK", ["x2", "k"], ["v2", "t2"], axis=1),
+             helper.make_node("Concat", ["v1", "v2"], ["c"], axis=0), helper.make_node("Mul", ["c", "two"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array(1, np.int64), "i"),
+             onnx.numpy_helper.from_array(np.array([1], np.int64), "one_dim"),
+             onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x1", TensorProto.FLOAT, ["N", 50]),
+                                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["N", 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 7])], inits)
+    src, opt = tmp_path / "topk_k.onnx", tmp_path / "topk_k.opt.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(src))
+    evonnx.optimize(src, opt, guard=False, planner="greedy")
+    kept = [n.op_type for n in onnx.load(str(opt)).graph.node if n.domain != "ai.evonnx"]
+    assert "Concat" not in kept and "Mul" not in kept, kept
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    got = evonnx.load_session(opt)
+    for n in (0, 1, 3):
+        rng = np.random.default_rng(n)
+        feeds = {"x1": rng.standard_normal((n, 50)).astype(np.float32),
+                 "x2": rng.standard_normal((n, 7)).astype(np.float32)}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
