@@ -539,11 +539,11 @@ def substitute(e: Expr, mapping: Mapping[Atom, PolyLike]) -> Expr:
 class Picked(Foreign):
     """A position along an axis of `dim` elements read from a tensor at run time: a Gather's index `value` (an
     int64 expression of loads; a reduction in it, an ArgMax's, is computed in place), counted from the end where
-    negative. onnxruntime's CPU kernels
-    fail the Run on an index outside [-dim, dim); a kernel checks each one where it reads it (`evo_pick` records
-    it in the task's failure flag and gives position 0), so the position is in [0, dim) wherever it is used. The
-    kernel also checks dim >= 1 wherever it reads one (lower_gathers), and computes the Gather's result whole, so
-    that every index is read and checked (`analyze.computed_whole`), as onnxruntime checks every one."""
+    negative. onnxruntime's CPU kernels fail the Run on an index outside [-dim, dim); a kernel checks each one where
+    it reads it (`evo_pick` records it in the task's failure flag and gives position 0), so the position is in
+    [0, dim) wherever it is used. The kernel also checks dim >= 1 wherever it reads one (lower_gathers), and
+    computes the Gather's result whole, so that every index is read and checked (`analyze.computed_whole`), as
+    onnxruntime checks every one."""
 
     value: Expr
     dim: Poly
