@@ -28,6 +28,7 @@ from evonnx.kernels.codegen_c import generate_source
 from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
 from evonnx.measure import Comparison, MeasureError
 from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
+from evonnx.passes.lower_gathers import enabled as runtime_gathers_enabled
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.passes.pipeline import PipelineResult, run_pipeline
 from evonnx.records import KernelSpec
@@ -288,7 +289,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
 
     req.progress("planning" + (f" without {len(leave)} nodes the guard left to onnxruntime" if leave else ""))
     result = run_pipeline(original, planner=planner, sizes=symbol_sizes, leave=leave, nms=nms and target == "cpu",
-                          runtime_indices=target == "cpu")
+                          runtime_indices=target == "cpu" and runtime_gathers_enabled())
     out_model = gs.export_onnx(result.optimized)
     _restore_defaults(original, out_model)
     _declare_as_written(as_written, req.inferred, out_model)

@@ -17,7 +17,7 @@ from evonnx.passes.analyze import Analysis, analyze
 from evonnx.passes.cost_model import CostModel, NodeStats, calibrate, node_stats
 from evonnx.passes.dependences import DepInfo, analyze_dependences
 from evonnx.passes.lazy import Reject, naming
-from evonnx.passes.lower_gathers import RUNTIME_INDICES
+from evonnx.passes.lower_gathers import RUNTIME_INDICES, enabled
 from evonnx.passes.lower_groups import (
     ill_conditioned_kernels,
     kernels_on_cycle,
@@ -68,15 +68,16 @@ def without_overridable(model: onnx.ModelProto) -> onnx.ModelProto:
 def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapping[str, int] | None = None,
                  cost_model: CostModel | None = None, cfg: SearchConfig = DEFAULT_SEARCH,
                  leave: Mapping[str, str] | None = None, ort_layout: bool = True, nms: bool = True,
-                 runtime_indices: bool = True) -> PipelineResult:
+                 runtime_indices: bool | None = None) -> PipelineResult:
     """`leave` maps node names to the reason they stay with onnxruntime (the never-slower guard's choices). With
     `ort_layout`, the nodes onnxruntime's own fusions, blocked layout and constant folding handle better stay with
     it too (`ort_layout.layout_chain`, `ort_layout.folded`). With `nms`, NonMaxSuppression nodes become evonnx's
     (`passes/nms.py`; a CPU op, so not for a CUDA target). With `runtime_indices`, Gathers whose indices are read
-    at run time fuse (`lower_gathers`; the CPU kernels only, which fail the Run on a bad index)."""
+    at run time fuse (`lower_gathers`; the CPU kernels only, which fail the Run on a bad index); None: where
+    EVONNX_RUNTIME_INDICES=1 (`lower_gathers.enabled`)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
-    token = RUNTIME_INDICES.set(runtime_indices)
+    token = RUNTIME_INDICES.set(enabled() if runtime_indices is None else runtime_indices)
     try:
         with naming():  # tables and reduction variables numbered from 0 in every run
             result = _run(model, planner, sizes, cost_model, cfg, leave, ort_layout)

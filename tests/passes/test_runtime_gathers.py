@@ -19,6 +19,20 @@ from evonnx.passes.pipeline import run_pipeline
 pytestmark = pytest.mark.compiler
 
 
+@pytest.fixture(autouse=True)
+def _runtime_indices_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run-time indices are opt-in for now (lower_gathers.enabled): these tests turn them on."""
+    monkeypatch.setenv("EVONNX_RUNTIME_INDICES", "1")
+
+
+def test_run_time_indices_are_off_unless_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EVONNX_RUNTIME_INDICES")
+    src = _gather_model(tmp_path, "GatherND", ["N", 5, 3], ["K", 2], ["K", 3])
+    opt = src.with_suffix(".opt.onnx")
+    evonnx.optimize(src, opt, guard=False, planner="greedy")
+    assert "GatherND" in [n.op_type for n in onnx.load(str(opt)).graph.node]
+
+
 def _save(tmp_path: Path, name: str, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
           outputs: list[onnx.ValueInfoProto], inits: list[onnx.TensorProto] = ()) -> Path:
     for k, n in enumerate(nodes):
