@@ -490,6 +490,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         return f"(!{a[0]})"
     if op == "where":
         return f"({a[0]} ? {a[1]} : {a[2]})"
+    if op == "keep":  # expr.keep: the run-time positions evaluated (and checked), then the value
+        return "(" + "".join(f"(void)({x}), " for x in a[1:]) + f"{a[0]})"
     if op == "cast":
         if e.dtype == "bool":
             return f"(({t})({a[0]} != 0))"

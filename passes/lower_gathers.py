@@ -12,7 +12,7 @@ fail a Run, so a CUDA target leaves these nodes to onnxruntime (`RUNTIME_INDICES
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 
 from evonnx import expr as E
@@ -68,10 +68,10 @@ def gather(op: str, x: Lazy, axis: int, ind: Lazy) -> Lazy:
     _axis_present(dim, out_shape, op)
     r = ind.rank
 
-    def m(idx: Index) -> Index:
-        return idx[:axis] + (E.picked(ind.fn(idx[axis:axis + r]), dim),) + idx[axis + r:]
+    def at(idx: Index) -> Poly:
+        return E.picked(ind.fn(idx[axis:axis + r]), dim)
 
-    return L.remap(x, out_shape, m)
+    return _gathered(x, out_shape, lambda idx: idx[:axis] + (at(idx),) + idx[axis + r:], lambda idx: [at(idx)])
 
 
 def gather_elements(op: str, x: Lazy, axis: int, ind: Lazy) -> Lazy:
@@ -85,10 +85,10 @@ def gather_elements(op: str, x: Lazy, axis: int, ind: Lazy) -> Lazy:
     dim = x.shape[axis]
     _axis_present(dim, ind.shape, op)
 
-    def m(idx: Index) -> Index:
-        return idx[:axis] + (E.picked(ind.fn(idx), dim),) + idx[axis + 1:]
+    def at(idx: Index) -> Poly:
+        return E.picked(ind.fn(idx), dim)
 
-    return L.remap(x, ind.shape, m)
+    return _gathered(x, ind.shape, lambda idx: idx[:axis] + (at(idx),) + idx[axis + 1:], lambda idx: [at(idx)])
 
 
 def _gather_nd(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
@@ -111,12 +111,17 @@ def _gather_nd(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> lis
         _axis_present(d, out_shape, op)
     nr = len(rows)
 
-    def m(idx: Index) -> Index:
-        at = idx[:b + nr]
-        pos = tuple(E.picked(ind.fn(at + (Poly.of(j),)), d) for j, d in enumerate(dims))
-        return idx[:b] + pos + idx[b + nr:]
+    def pos(idx: Index) -> list[Poly]:
+        return [E.picked(ind.fn(idx[:b + nr] + (Poly.of(j),)), d) for j, d in enumerate(dims)]
 
-    return [L.remap(x, out_shape, m)]
+    return [_gathered(x, out_shape, lambda idx: idx[:b] + tuple(pos(idx)) + idx[b + nr:], pos)]
+
+
+def _gathered(x: Lazy, shape: Sequence[Poly], index_map: Callable[[Index], Index],
+              picks: Callable[[Index], list[Poly]]) -> Lazy:
+    """x read at `index_map(idx)`, each run-time position `picks(idx)` evaluated by the element whether its address
+    uses it or not (`expr.keep`)."""
+    return Lazy(x.dtype, tuple(shape), lambda idx: E.keep(x.fn(index_map(idx)), picks(idx)))
 
 
 DEFS = [OpDef("GatherND", _gather_nd, MapKind.SHUFFLE)]

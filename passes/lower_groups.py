@@ -15,7 +15,7 @@ from dataclasses import replace
 import onnx_graphsurgeon as gs
 
 from evonnx.errors import InternalError
-from evonnx.expr import FLOATS, Expr, Load, Op, const, is_exact, walk
+from evonnx.expr import FLOATS, Expr, IndexVal, Load, Op, Picked, TableLoad, const, is_exact, walk
 from evonnx.index import SIZE_MAX, Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, PolyLike, Sym, Var, var
 from evonnx.passes import lazy as L
 from evonnx.passes.analyze import Analysis, computed_whole, left_and_may_fail, node_reads
@@ -292,13 +292,24 @@ def ill_conditioned_kernels(specs: Sequence[KernelSpec]) -> list[str]:
     """The kernels with a float Mod (fmod) of an inexact value (exp, a float sum, ...). The remainder is exact, but
     its operand's last bit against onnxruntime's can move it by up to the divisor: fmod(exp(x), x) at x = 25 is a
     remainder of 7.2e10, whose last bit is 4096 (fuzz seed 8, case000172). Such a kernel is left to onnxruntime,
-    so that the remainder is taken of onnxruntime's own value."""
+    so that the remainder is taken of onnxruntime's own value. The same for a kernel that gathers at indices
+    computed from an inexact value (`_inexact_index`)."""
     out = []
     for s in specs:
         if any(isinstance(x, Op) and x.op == "mod" and x.dtype in FLOATS and not all(is_exact(a) for a in x.args)
-               for o in s.outputs for x in walk(o.expr)):
+               for o in s.outputs for x in walk(o.expr)) or any(_inexact_index(x) for o in s.outputs
+                                                                for x in walk(o.expr)):
             out.append(s.name)
     return out
+
+
+def _inexact_index(x: Expr) -> bool:
+    """`x` reads at a position picked at run time from an inexact value (a Cast of an Exp): its last bit against
+    onnxruntime's picks another element (fuzz case 1261, seed 970000)."""
+    if not isinstance(x, Load | TableLoad | IndexVal):
+        return False
+    p = x.poly if isinstance(x, IndexVal) else x.index
+    return any(isinstance(a, Picked) and not is_exact(a.value) for a in p.atoms())
 
 
 def without_groups(plan: FusionPlan, g: gs.Graph, names: Sequence[str], reason: str) -> FusionPlan:
