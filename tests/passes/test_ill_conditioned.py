@@ -1,8 +1,11 @@
-"""A float Mod of an inexact value stays with onnxruntime: its remainder is exact, but the operand's last bit against
-onnxruntime's can move it by up to the divisor (fmod(exp(x), x) at x = 25; fuzz seed 8, case000172)."""
+"""Kernels whose results an inexact value's last bit moves arbitrarily stay with onnxruntime: a Mod of an inexact
+value (its remainder is exact, but the operand's last bit against onnxruntime's can move it by up to the divisor:
+fmod(exp(x), x) at x = 25; fuzz seed 8, case000172), and integers computed from an inexact value that onnxruntime
+reads as positions (a last-bit flip of the index picks another element; fuzz case 1261, seed 970000)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
@@ -24,4 +27,34 @@ def test_a_float_mod_of_an_inexact_value_is_left_to_onnxruntime(first: str, fuse
     mods = [s for s in result.specs if "Mod" in s.source_ops]
     assert bool(mods) is fused
     if not fused:
-        assert any(r.op == "Mod" and "float Mod of an inexact value" in r.reason for r in result.plan.rejected)
+        assert any(r.op == "Mod" and "a Mod of an inexact value" in r.reason for r in result.plan.rejected)
+
+
+def _indices_model(first: str, mod: bool) -> object:
+    """x[N, 8] int32 -> Cast float -> `first` -> Cast int64 (-> Mod 8 or Abs) -> GatherElements of a constant."""
+    table = helper.make_tensor("table", TensorProto.FLOAT, [1, 8], np.arange(8, dtype=np.float32) * 1.5)
+    nodes = [helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT, name="a"),
+             helper.make_node(first, ["f"], ["e"], name="b"),
+             helper.make_node("Cast", ["e"], ["i"], to=TensorProto.INT64, name="c"),
+             helper.make_node("Mod", ["i", "eight"], ["j"], name="d") if mod
+             else helper.make_node("Abs", ["i"], ["j"], name="d"),
+             helper.make_node("Expand", ["table", "shape"], ["wide"], name="w"),
+             helper.make_node("GatherElements", ["wide", "j"], ["y"], axis=1, name="g")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT32, ["N", 8]),
+                     helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        initializer=[table, helper.make_tensor("eight", TensorProto.INT64, [], [8])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("mod", [True, False])
+@pytest.mark.parametrize(("first", "fused"), [("Exp", False), ("Neg", True)])
+def test_integers_from_an_inexact_value_read_as_positions_stay_with_onnxruntime(first: str, fused: bool,
+                                                                                mod: bool) -> None:
+    result = run_pipeline(_indices_model(first, mod), planner="greedy", runtime_indices=False)
+    casts = [s for s in result.specs if "Cast" in s.source_ops]
+    assert bool(casts) is fused
+    if not fused:
+        why = "a Mod of an inexact value" if mod else "an integer it computes from an inexact value picks positions"
+        assert any(r.op == first and why in r.reason for r in result.plan.rejected)
