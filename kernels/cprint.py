@@ -455,7 +455,7 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     t = CTYPE[e.dtype]
     s = SUFFIX[src]
     op = e.op
-    if HALF in (src, e.dtype) and op != "where":
+    if HALF in (src, e.dtype) and op not in ("where", "keep"):
         return _half_cast(e, src, a[0])
     if op in ("add", "sub", "mul"):
         sym_ = {"add": "+", "sub": "-", "mul": "*"}[op]

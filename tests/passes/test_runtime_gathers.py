@@ -199,3 +199,16 @@ def test_indices_computed_by_an_inexact_op_leave_their_kernel_to_onnxruntime(tmp
     opt = src.with_suffix(".opt.onnx")
     evonnx.optimize(src, opt, guard=False, planner="greedy")
     assert "GatherElements" in [n.op_type for n in onnx.load(str(opt)).graph.node]
+
+
+def test_float16_data_gathers_at_run_time_indices(tmp_path: Path) -> None:
+    # expr.keep of a float16 element was printed as arithmetic on float16, which kernels never compute in (fuzz
+    # seed 972000, cases 187, 589, 733, 774: an internal error for every float16 gather of run-time indices)
+    nodes = [helper.make_node("Gather", ["x", "i"], ["g"], axis=1), helper.make_node("Neg", ["g"], ["y"])]
+    src = _save(tmp_path, "half", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 5]),
+                                          helper.make_tensor_value_info("i", TensorProto.INT64, ["K"])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, "K"])])
+    opt = _optimized(src)
+    x = np.arange(15, dtype=np.float16).reshape(3, 5) / 4
+    assert [_agree(src, opt, {"x": x, "i": np.array(v, np.int64)}) for v in ([4, -5, 0], [5], [])] == \
+        ["ok", "failed", "ok"]
