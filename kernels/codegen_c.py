@@ -52,8 +52,6 @@ from evonnx.kernels.schedule import (
     FOUR_BYTE_DTYPES,
     LANES,
     MAX_UNROLL,
-    TILE,
-    TILE_ITEMSIZE,
     Piece,
     lane_axis,
     loop_var,
@@ -61,10 +59,10 @@ from evonnx.kernels.schedule import (
     piece_loops,
     pieces,
     temporaries,
-    tile_axis,
     unguarded_reductions,
 )
 from evonnx.kernels.share import Canon, argmax_from_max
+from evonnx.kernels.tiles import JTILE, TILE, TILE_ITEMSIZE, merged_tile_axis, row_start, tile_axis
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
@@ -177,18 +175,20 @@ class _Kernel:
     def _add_tiled_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, w: int,
                         member: tuple[int, KernelOutput, int, Piece, Expr, Poly]) -> None:
         """A task whose inner loop `j` stores contiguously but reads across a stride, tiled with the outer loop
-        `w` that reads contiguously (`schedule.tile_axis`). A task's unit is a row of the other outer loops, a
-        block of TILE along j, and a chunk of EVO_TILE_CHUNK blocks of TILE along w (so a single row still
-        spreads over the pool). It runs over its TILE x TILE blocks of (w, j) in the order of w, computed with w
-        innermost, transposed in registers and stored as TILE rows along j: its reads are TILE streams along w,
-        which the prefetcher follows (a block of w with every block of j, the order before, read ext / TILE rows
-        at once, each a short run: 1.8x slower where those runs are not aligned to a cache line, as in a numpy
-        input). Units run with the block of j fastest: the blocks of j of one chunk along w are stored one after
-        another, while the chunk's output lines are in cache (with j slowest, mmdet RetinaNet's [1, 720, 80, 80]
-        scores wrote each 320-byte output row in 10 visits a whole pass apart, and every line was read for
-        ownership twice). What does not depend on j is computed once per block, and blocks cut short at the edges
-        element by element."""
+        `w` that reads contiguously (tiles.py), merged first with the loops the layout allows
+        (`tiles.merged_tile_axis`). A task's unit is a row of the other outer loops, a block of JTILE along j, and
+        a chunk of EVO_TILE_CHUNK blocks of TILE along w (so a single row still spreads over the pool). It runs
+        over its TILE x JTILE blocks of (w, j) in the order of w, computed with w innermost, transposed in
+        registers and stored as TILE rows of JTILE along j, a cache line each (`evo_store16`, around the cache
+        where the output is large): its reads are JTILE streams along w, which the prefetcher follows. Units run
+        with the block of j fastest: the blocks of j of one chunk along w are stored one after another, while the
+        chunk's output lines are in cache (with j slowest, mmdet RetinaNet's [1, 720, 80, 80] scores wrote each
+        320-byte output row in 10 visits a whole pass apart, and every line was read for ownership twice). What
+        does not depend on j is computed once per block, and blocks cut short at the edges in blocks of TILE x
+        TILE or element by element."""
         oi, o, pi, piece, expr, pos = member
+        outer, w, expr, pos = merged_tile_axis(outer, w, expr, pos)
+        outer_ext = [loop_var(lp).extent for lp in outer]
         wv, jv = outer[w].atom(), inner.atom()
         assert isinstance(wv, Var) and isinstance(jv, Var)
         rest = [lp for k, lp in enumerate(outer) if k != w]
@@ -204,24 +204,27 @@ class _Kernel:
         fname = f"{self.spec.name}_task{len(self.runs)}"
         rng = len(self.runs)
         unravel, _ = _odometer(rest_ext, names)
+        slot, start = row_start(expr, wv, jv)
+        align = f"((uintptr_t)in{slot} + (uintptr_t)({print_poly(start, names)}) * sizeof(*in{slot}))"
         note = (f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
                 + "); rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
-                + f"; {TILE}x{TILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
+                + f"; {TILE}x{JTILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
         indent = "                            "
         self.tasks.append(template("task_tile.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
             bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
-            tile_body=_indented(tile_body, indent[16:]), body=_indented(body, indent[16:]), slot=oi,
-            row_loop=_row_loop(decls, row_body, indent[:12]),
+            tile_body=_indented(tile_body, indent[16:]), tile_body8=_indented(tile_body, indent[12:]),
+            body=_indented(body, indent[12:]), slot=oi,
+            row_loop=_row_loop(decls, row_body, indent[:12]), align_addr=align,
             pos=print_poly(pos, names)))
-        # a task's unit is one row of the other outer loops, one block of TILE along j and a chunk of up to
-        # EVO_TILE_CHUNK blocks along w (prelude.c)
+        # a task's unit is one row of the other outer loops, one block of JTILE along j and a chunk of up to
+        # EVO_TILE_CHUNK blocks of TILE along w (prelude.c)
         wext, jext = print_poly(outer_ext[w], names), print_poly(inner_ext, names)
-        units = (f"{print_poly(product(rest_ext), names)} * (({jext} + {TILE - 1}) / {TILE}) * "
+        units = (f"{print_poly(product(rest_ext), names)} * (({jext} + {JTILE - 1}) / {JTILE}) * "
                  f"(((({wext}) + {TILE - 1}) / {TILE} + EVO_TILE_CHUNK - 1) / EVO_TILE_CHUNK)")
         self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {units}, "
-                         f"{max(1, _cost([(pos, expr)]))} * {TILE} * evo_imin({wext}, {TILE} * EVO_TILE_CHUNK));")
+                         f"{max(1, _cost([(pos, expr)]))} * {JTILE} * evo_imin({wext}, {TILE} * EVO_TILE_CHUNK));")
 
     def _add_lane_task(self, outer: list[Poly], outer_ext: list[Poly], inner: Poly, inner_ext: Poly, lane: Var,
                        roots: list[tuple[Poly, Expr]], targets: list[tuple[int, str]],
@@ -344,7 +347,7 @@ def _row_loop(decls: Sequence[str], row_body: str, indent: str) -> str:
     """A tiled task's per-block arrays of what does not depend on j, and the loop over w filling them."""
     if not decls:
         return f"{indent}/* nothing to compute once per w */"
-    return "\n".join([*(indent + d for d in decls), f"{indent}for (int64_t ww = 0; ww < wn; ++ww) {{",
+    return "\n".join([*(indent + d for d in decls), f"{indent}for (int64_t ww = wlo; ww < wn; ++ww) {{",
                       f"{indent}    const int64_t w = w0 + ww;", _indented(row_body, indent[:-4]), f"{indent}}}"])
 
 

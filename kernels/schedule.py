@@ -378,42 +378,8 @@ def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], E
     return loops, expr, pos
 
 
-# Tiled transposes: a block of TILE x TILE elements computed in the order the input is laid out, transposed in
-# registers and stored in the order the output is (`tile_axis`). 8 float32: one AVX register per row.
-TILE = 8
-TILE_ITEMSIZE = 4
 # the element types the 8 x 8 register transposes move (tiles, box blocks): 4 bytes, bits moved as they are
 FOUR_BYTE_DTYPES = frozenset({"float32", "int32", "uint32"})
-
-
-def tile_axis(outer: Sequence[Poly], inner: Poly, expr: Expr, pos: Poly, itemsize: int) -> int | None:
-    """Which outer loop to tile with the inner one, or None. A tile pays where the inner loop stores
-    contiguously (`pos` has coefficient 1 in it) but reads some input with a stride (coefficient not 0 or 1), and
-    an outer loop `w` reads that input contiguously (coefficient 1) while storing with a stride: an NCHW to NHWC
-    transpose under Sigmoid. Each tile then reads TILE rows along `w` and stores TILE rows along the inner loop,
-    both contiguous. Only elements of TILE_ITEMSIZE bytes; no reductions (they would be recomputed per element);
-    no load under a select (YOLOX's objectness-or-class select ran 3x slower tiled: gcc vectorised the untiled
-    loop with masked gathers, the tile not at all); neither loop known to be shorter than one tile."""
-    j = inner.atom()
-    if itemsize != TILE_ITEMSIZE or not isinstance(j, Var) or pos.coefficient(j) != Poly.of(1):
-        return None
-    if any(isinstance(x, Reduce) or (isinstance(x, Op) and x.op == "where" and any(
-            isinstance(y, Load | TableLoad) for b in x.args[1:] for y in walk(b))) for x in walk(expr)):
-        return None  # a load under a select is a branch: gcc vectorises neither the tile nor its rows
-    if (n := j.extent.const) is not None and n < TILE:
-        return None
-    loads = [x.index for x in walk(expr) if isinstance(x, Load)]
-    strided = [p for p in loads if (c := p.coefficient(j)) is not None and c.const not in (0, 1)]
-    for k, lp in enumerate(outer):
-        w = lp.atom()
-        if not isinstance(w, Var) or ((n := w.extent.const) is not None and n < TILE):
-            continue
-        cw = pos.coefficient(w)
-        if cw is None or cw.const in (0, 1):
-            continue
-        if any(p.coefficient(w) == Poly.of(1) for p in strided):
-            return k
-    return None
 
 
 def unguarded_reductions(exprs: Sequence[Expr]) -> list[Reduce]:

@@ -10,44 +10,73 @@ $bindings
     int64_t first = (int64_t)task * rg->per;
     int64_t end = first + rg->per < rg->total ? first + rg->per : rg->total;
     const int64_t wblocks = (wext + 7) / 8;
-    const int64_t jblocks = (ext + 7) / 8;
+    const int64_t jblocks = (ext + 15) / 16;
     const int64_t wchunks = (wblocks + EVO_TILE_CHUNK - 1) / EVO_TILE_CHUNK;
+    /* the whole output's bytes: past EVO_STREAM_BYTES its lines are stored around the cache (evo_store16) */
+    const int stream = (double)(rg->total / jblocks / wchunks) * (double)wext * (double)ext * sizeof(${ctype})
+                       >= EVO_STREAM_BYTES;
     for (int64_t r = first; r < end; ++r) {
         int64_t row = r / jblocks / wchunks;
         const int64_t wc = r / jblocks % wchunks;
-        const int64_t jb = r % jblocks * 8;
-        const int64_t jn = ext - jb < 8 ? ext - jb : 8;
-        const int64_t wbend = (wc + 1) * EVO_TILE_CHUNK < wblocks ? (wc + 1) * EVO_TILE_CHUNK : wblocks;
+        const int64_t jb = r % jblocks * 16;
+        const int64_t jn = ext - jb < 16 ? ext - jb : 16;
 $unravel
+        /* blocks along w start where the strided input's rows are 32-byte aligned: block 0 is cut to the first
+         * wshift elements, and the last chunk takes the block this adds at the end */
+        const int64_t wshift = (int64_t)(((uintptr_t)$align_addr & 31) / sizeof(${ctype})) & 7;
+        const int64_t wbend = wc == wchunks - 1 ? (wext + wshift + 7) / 8 : (wc + 1) * EVO_TILE_CHUNK;
         for (int64_t wbk = wc * EVO_TILE_CHUNK; wbk < wbend; ++wbk) {
-            const int64_t w0 = wbk * 8;
+            const int64_t w0 = wbk * 8 - wshift;
+            const int64_t wlo = w0 < 0 ? -w0 : 0;
             const int64_t wn = wext - w0 < 8 ? wext - w0 : 8;
 $row_loop
-            if (wn == 8 && jn == 8) {
-                $ctype tile[8][8], rows[8][8];
-                for (int64_t jj = 0; jj < 8; ++jj) {
+            if (wlo == 0 && wn == 8 && jn == 16) {
+                $ctype tile[16][8], rows[2][8][8];
+                for (int64_t jj = 0; jj < 16; ++jj) {
                     for (int64_t ww = 0; ww < 8; ++ww) {
                         const int64_t w = w0 + ww;
                         const int64_t j = jb + jj;
 $tile_body
                     }
                 }
-                evo_transpose8x8(tile, rows);
+                evo_transpose8x8(tile[0], rows[0]);
+                evo_transpose8x8(tile[8], rows[1]);
                 for (int64_t ww = 0; ww < 8; ++ww) {
                     const int64_t w = w0 + ww;
                     const int64_t j = jb;
-                    memcpy(&out$slot[$pos], rows[ww], sizeof rows[ww]);
+                    evo_store16(&out$slot[$pos], rows[0][ww], rows[1][ww], stream);
                 }
-            } else {
-                for (int64_t ww = 0; ww < wn; ++ww) {
-                    for (int64_t jj = 0; jj < jn; ++jj) {
+                continue;
+            }
+            for (int64_t jb8 = jb; jb8 < jb + jn; jb8 += 8) {
+                const int64_t jn8 = jb + jn - jb8 < 8 ? jb + jn - jb8 : 8;
+                if (wlo == 0 && wn == 8 && jn8 == 8) {
+                    $ctype tile[8][8], rows[8][8];
+                    for (int64_t jj = 0; jj < 8; ++jj) {
+                        for (int64_t ww = 0; ww < 8; ++ww) {
+                            const int64_t w = w0 + ww;
+                            const int64_t j = jb8 + jj;
+$tile_body8
+                        }
+                    }
+                    evo_transpose8x8(tile, rows);
+                    for (int64_t ww = 0; ww < 8; ++ww) {
                         const int64_t w = w0 + ww;
-                        const int64_t j = jb + jj;
+                        const int64_t j = jb8;
+                        memcpy(&out$slot[$pos], rows[ww], sizeof rows[ww]);
+                    }
+                } else {
+                    for (int64_t ww = wlo; ww < wn; ++ww) {
+                        for (int64_t jj = 0; jj < jn8; ++jj) {
+                            const int64_t w = w0 + ww;
+                            const int64_t j = jb8 + jj;
 $body
+                        }
                     }
                 }
             }
         }
     }
+    evo_stream_fence(stream);
     if (evo_zero) __atomic_fetch_or((int *)&c->zero_div, evo_zero, __ATOMIC_RELAXED);
 }

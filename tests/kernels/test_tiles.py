@@ -15,15 +15,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 import evonnx
 from evonnx.expr import Load, Op, Reduce
-from evonnx.index import Poly, var
-from evonnx.kernels.schedule import tile_axis
+from evonnx.index import Poly, floordiv, var
+from evonnx.kernels.tiles import merged_tile_axis, tile_axis
 
 pytestmark = pytest.mark.compiler
 
 
-def _nchw_to_nhwc(tmp_path: Path, dtype: int, then: str) -> Path:
-    x = helper.make_tensor_value_info("x", dtype, ["N", "C", "H", "W"])
-    y = helper.make_tensor_value_info("y", dtype, ["N", "H", "W", "C"])
+def _nchw_to_nhwc(tmp_path: Path, dtype: int, then: str, dims: tuple[object, ...] = ("N", "C", "H", "W")) -> Path:
+    n, c, h, w = dims
+    x = helper.make_tensor_value_info("x", dtype, [n, c, h, w])
+    y = helper.make_tensor_value_info("y", dtype, [n, h, w, c])
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1])]
     inits = []
     if then == "Sigmoid":
@@ -49,7 +50,7 @@ def test_tiled_transpose_matches_onnxruntime_at_whole_and_cut_blocks(tmp_path: P
     src = _nchw_to_nhwc(tmp_path, dtype, "Sigmoid" if dtype == TensorProto.FLOAT else "Add")
     dump = tmp_path / "dump"
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
-    assert "8x8 tiles of w<" in (dump / "kernels.c").read_text()
+    assert "8x16 tiles of w<" in (dump / "kernels.c").read_text()
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
     for threads in (1, 2):
         opt = evonnx.load_session(tmp_path / "m.opt.onnx", sess_options=_threads(threads))
@@ -62,6 +63,58 @@ def test_tiled_transpose_matches_onnxruntime_at_whole_and_cut_blocks(tmp_path: P
             (want,) = ref.run(None, {"x": x})
             (got,) = opt.run(None, {"x": x})
             np.testing.assert_array_equal(got, want, err_msg=f"shape {shape}, {threads} thread(s)")
+
+
+@pytest.mark.parametrize("c", [96, 90])
+def test_a_large_tiled_transpose_merges_its_rows_and_streams_whole_lines(tmp_path: Path, c: int) -> None:
+    # constant H and W: the H and W loops are one loop of H*W along which the tiles read (tiles.merged_tile_axis);
+    # the output (over EVO_STREAM_BYTES, 4 MB) is stored around the cache where a row starts a cache line, and
+    # through the cache where it does not (C = 90: rows of 360 bytes)
+    src = _nchw_to_nhwc(tmp_path, TensorProto.FLOAT, "Sigmoid", ("N", c, 160, 150))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    assert "8x16 tiles of w<24000," in (dump / "kernels.c").read_text()
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    x = (np.random.default_rng(c).standard_normal((1, c, 160, 150)) * 4).astype(np.float32)
+    (want,) = ref.run(None, {"x": x})
+    assert want.nbytes >= 8 << 20
+    for threads in (1, 2):
+        (got,) = evonnx.load_session(tmp_path / "m.opt.onnx", sess_options=_threads(threads)).run(None, {"x": x})
+        np.testing.assert_array_equal(got, want, err_msg=f"{threads} thread(s)")
+
+
+def test_merged_tile_axis_merges_only_loops_every_index_takes_as_one() -> None:
+    h, w, c = var("h", Poly.of(80)), var("w", Poly.of(64)), var("c", Poly.of(16))
+    read = Op("sigmoid", (Load(0, c * 5120 + h * 64 + w, "float32"),), "float32")
+    outer, k, expr, pos = merged_tile_axis([h, w], 1, read, h * 1024 + w * 16 + c)
+    assert (len(outer), k, str(pos)) == (1, 0, str(outer[0] * 16 + c))
+    assert isinstance(expr, Op) and isinstance(expr.args[0], Load) and expr.args[0].index == c * 5120 + outer[0]
+    # the store takes h and w as one, the read does not (a padded row): nothing merges
+    padded = Op("sigmoid", (Load(0, c * 5440 + h * 68 + w, "float32"),), "float32")
+    assert len(merged_tile_axis([h, w], 1, padded, h * 1024 + w * 16 + c)[0]) == 2
+    # h inside a division: nothing merges
+    halved = Op("sigmoid", (Load(0, c * 5120 + floordiv(h, 2) * 128 + w, "float32"),), "float32")
+    assert len(merged_tile_axis([h, w], 1, halved, h * 1024 + w * 16 + c)[0]) == 2
+
+
+def test_tiles_start_where_the_input_rows_are_aligned_whatever_the_input_offset(tmp_path: Path) -> None:
+    # blocks along w start where the strided rows are 32-byte aligned (tiles.row_start): an input 4, 8, ... 28
+    # bytes into a line cuts the first block of every row short, and the last chunk takes one more block
+    src = _nchw_to_nhwc(tmp_path, TensorProto.FLOAT, "Sigmoid", ("N", "C", 3, "W"))
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    rng = np.random.default_rng(7)
+    for shape in [(1, 24, 3, 700), (2, 80, 3, 24), (1, 17, 3, 9)]:
+        x = (rng.standard_normal(shape) * 4).astype(np.float32)
+        for offset in range(0, 32, 4):
+            buf = np.empty(x.nbytes + 64, np.uint8)
+            start = (-buf.ctypes.data) % 32 + offset
+            moved = buf[start:start + x.nbytes].view(np.float32).reshape(shape)
+            moved[...] = x
+            (want,) = ref.run(None, {"x": x})
+            (got,) = opt.run(None, {"x": moved})
+            np.testing.assert_array_equal(got, want, err_msg=f"shape {shape}, input {offset} bytes past 32")
 
 
 def _threads(n: int) -> ort.SessionOptions:
