@@ -205,7 +205,9 @@ class _Kernel:
         rng = len(self.runs)
         unravel, _ = _odometer(rest_ext, names)
         slot, start = row_start(expr, wv, jv)
-        align = f"((uintptr_t)in{slot} + (uintptr_t)({print_poly(start, names)}) * sizeof(*in{slot}))"
+        size = f"sizeof(*in{slot})"
+        addr = f"(uintptr_t)in{slot} + (uintptr_t)({print_poly(start, names)}) * {size}"
+        wshift = f"(int64_t)((({addr}) % (8 * {size})) / {size})"
         note = (f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
                 + "); rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
                 + f"; {TILE}x{JTILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
@@ -216,7 +218,7 @@ class _Kernel:
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
             tile_body=_indented(tile_body, indent[16:]), tile_body8=_indented(tile_body, indent[12:]),
             body=_indented(body, indent[12:]), slot=oi,
-            row_loop=_row_loop(decls, row_body, indent[:12]), align_addr=align,
+            row_loop=_row_loop(decls, row_body, indent[:12]), wshift=wshift,
             pos=print_poly(pos, names)))
         # a task's unit is one row of the other outer loops, one block of JTILE along j and a chunk of up to
         # EVO_TILE_CHUNK blocks of TILE along w (prelude.c)

@@ -21,9 +21,9 @@ $bindings
         const int64_t jb = r % jblocks * 16;
         const int64_t jn = ext - jb < 16 ? ext - jb : 16;
 $unravel
-        /* blocks along w start where the strided input's rows are 32-byte aligned: block 0 is cut to the first
-         * wshift elements, and the last chunk takes the block this adds at the end */
-        const int64_t wshift = (int64_t)(((uintptr_t)$align_addr & 31) / sizeof(${ctype})) & 7;
+        /* blocks along w start where the strided input's rows are aligned to a block (8 of its elements): block
+         * 0 is cut to the first wshift elements, and the last chunk takes the block this adds at the end */
+        const int64_t wshift = $wshift;
         const int64_t wbend = wc == wchunks - 1 ? (wext + wshift + 7) / 8 : (wc + 1) * EVO_TILE_CHUNK;
         for (int64_t wbk = wc * EVO_TILE_CHUNK; wbk < wbend; ++wbk) {
             const int64_t w0 = wbk * 8 - wshift;

@@ -117,6 +117,31 @@ def test_tiles_start_where_the_input_rows_are_aligned_whatever_the_input_offset(
             np.testing.assert_array_equal(got, want, err_msg=f"shape {shape}, input {offset} bytes past 32")
 
 
+def test_tiles_of_a_float16_input_start_where_its_rows_are_aligned(tmp_path: Path) -> None:
+    # a float16 input cast to float32: blocks of 8 elements are 16 bytes, so rows 2, 4, ... 14 bytes past a block
+    # start cut block 0 at another element than a float32 input would
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", "C", 3, "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, "W", "C"])
+    nodes = [helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Transpose", ["f"], ["t"], perm=[0, 2, 3, 1]), helper.make_node("Sigmoid", ["t"], ["y"])]
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    assert "8x16 tiles of w<" in (dump / "kernels.c").read_text()
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    x16 = (np.random.default_rng(3).standard_normal((1, 40, 3, 301)) * 4).astype(np.float16)
+    for offset in range(0, 16, 2):
+        buf = np.empty(x16.nbytes + 64, np.uint8)
+        start = (-buf.ctypes.data) % 32 + offset
+        moved = buf[start:start + x16.nbytes].view(np.float16).reshape(x16.shape)
+        moved[...] = x16
+        np.testing.assert_array_equal(opt.run(None, {"x": moved})[0], ref.run(None, {"x": x16})[0],
+                                      err_msg=f"input {offset} bytes past 32")
+
+
 def _threads(n: int) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.intra_op_num_threads = n
