@@ -338,6 +338,8 @@ def take(x: Lazy, axis: int, indices: np.ndarray) -> Lazy:
             return lookup(table, pos)
 
     def m(idx: Index) -> Index:
+        if flat.size == 0:  # no indices: an empty result, whose elements are never computed (fuzz case 2097)
+            return idx[:axis] + (Poly(),) + idx[axis + r:]
         pos = _flat(idx[axis:axis + r], ind_shape) if r else Poly()
         return idx[:axis] + (pick(pos) if flat.size > 1 else Poly.of(int(flat[0])),) + idx[axis + r:]
 

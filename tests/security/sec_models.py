@@ -247,6 +247,16 @@ def constant_group() -> Regression:
     return Regression(model, sizes("N", [1]), note="ConstantOfShape([1024,1100]) -> Neg -> Abs -> Sigmoid -> Add(x)")
 
 
+def gather_no_indices() -> Regression:
+    # Gather of x[N, 8] at the indices of an empty constant Range: an empty result, whose elements are never
+    # computed (fuzz case 2097: planning asked for the first index of none, an internal error)
+    nodes = around([node("Range", ["zero", "zero", "one"], ["r"]), node("Gather", ["a", "r"], ["g"], axis=1),
+                    node("Concat", ["a", "g"], ["k"], axis=1)], "a", "k")
+    model = make_model(nodes, [("x", F, ["N", 8])], [("y", F, 2)],
+                       {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "c": np.float32(2.0)})
+    return Regression(model, sizes("N", [0, 1, 3]), note="Concat(x, Gather(x[N,8], Range(0, 0, 1), axis=1))")
+
+
 # -- static empty tensors through reshapes -----------------------------------------------------------------------------
 def static_empty(shape: list, perm: list[int]) -> Regression:
     # a dim that is 0 in the model itself: flattening index arithmetic must not divide by it
@@ -461,6 +471,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["broadcast-symbols/only-its-shape-used"] = broadcast_only_shape_used
     out["reshape-from-shapes/zero-copies"] = reshape_from_shapes
     out["constant-group/no-inputs"] = constant_group
+    out["gather-no-indices/empty-range"] = gather_no_indices
     for shape, perm in ((["M", "N", 0], [3, 1, 0, 2]), (["M", 0, "N"], [0, 2, 1, 3]), ([0, "M"], [1, 0, 2])):
         out[f"static-empty/{shape}-{perm}"] = lambda s=shape, p=perm: static_empty(s, p)
     for op in ("ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
