@@ -26,12 +26,11 @@ RUNTIME_INDICES: ContextVar[bool] = ContextVar("runtime_indices", default=True)
 
 
 def enabled() -> bool:
-    """Run-time indices are opt-in (EVONNX_RUNTIME_INDICES=1) until three classes the fuzzer found are fixed
-    (session 20's note on issue 8): the check of an index the gathered element does not address (data of one
-    element along the axis) is dropped with the address, indices computed by inexact ops (Cast of Exp) differ
-    from onnxruntime's in their last bit and pick other elements, and gathered results computed whole can
-    outgrow onnxruntime's own memory."""
-    return os.environ.get("EVONNX_RUNTIME_INDICES", "") == "1"
+    """Run-time indices are on unless EVONNX_RUNTIME_INDICES=0. They were opt-in while the fuzzer found classes
+    in them (session 20's note on issue 8: an index the gathered element does not address, indices computed by
+    inexact ops; fixed in e8ab716 and 24f8f13, float16 data in f7c86e2) and were fuzzed clean since (session 21's
+    note)."""
+    return os.environ.get("EVONNX_RUNTIME_INDICES", "") != "0"
 
 
 def runtime_indices(op: str, ind: Lazy) -> None:

@@ -74,8 +74,8 @@ def run_pipeline(model: onnx.ModelProto, *, planner: str = "search", sizes: Mapp
     `ort_layout`, the nodes onnxruntime's own fusions, blocked layout and constant folding handle better stay with
     it too (`ort_layout.layout_chain`, `ort_layout.folded`). With `nms`, NonMaxSuppression nodes become evonnx's
     (`passes/nms.py`; a CPU op, so not for a CUDA target). With `runtime_indices`, Gathers whose indices are read
-    at run time fuse (`lower_gathers`; the CPU kernels only, which fail the Run on a bad index); None: where
-    EVONNX_RUNTIME_INDICES=1 (`lower_gathers.enabled`)."""
+    at run time fuse (`lower_gathers`; the CPU kernels only, which fail the Run on a bad index); None: unless
+    EVONNX_RUNTIME_INDICES=0 (`lower_gathers.enabled`)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, not {planner!r}")
     token = RUNTIME_INDICES.set(enabled() if runtime_indices is None else runtime_indices)

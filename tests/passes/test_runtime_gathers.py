@@ -19,16 +19,13 @@ from evonnx.passes.pipeline import run_pipeline
 pytestmark = pytest.mark.compiler
 
 
-@pytest.fixture(autouse=True)
-def _runtime_indices_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run-time indices are opt-in for now (lower_gathers.enabled): these tests turn them on."""
-    monkeypatch.setenv("EVONNX_RUNTIME_INDICES", "1")
-
-
-def test_run_time_indices_are_off_unless_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EVONNX_RUNTIME_INDICES")
+def test_run_time_indices_are_on_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = _gather_model(tmp_path, "GatherND", ["N", 5, 3], ["K", 2], ["K", 3])
     opt = src.with_suffix(".opt.onnx")
+    monkeypatch.delenv("EVONNX_RUNTIME_INDICES", raising=False)
+    evonnx.optimize(src, opt, guard=False, planner="greedy")
+    assert "GatherND" not in [n.op_type for n in onnx.load(str(opt)).graph.node]
+    monkeypatch.setenv("EVONNX_RUNTIME_INDICES", "0")
     evonnx.optimize(src, opt, guard=False, planner="greedy")
     assert "GatherND" in [n.op_type for n in onnx.load(str(opt)).graph.node]
 
