@@ -216,9 +216,10 @@ class _Kernel:
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
             bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
             inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
-            tile_body=_indented(tile_body, indent[16:]), tile_body8=_indented(tile_body, indent[12:]),
-            body=_indented(body, indent[12:]), slot=oi,
-            row_loop=_row_loop(decls, row_body, indent[:12]), wshift=wshift,
+            tile_body=_indented(tile_body, indent[12:]), tile_body8=_indented(tile_body, indent[8:]),
+            body=_indented(body, indent[8:]), slot=oi,
+            row_loop=_row_loop(decls, row_body, indent[:16]), wshift=wshift,
+            rows=print_poly(product(rest_ext), names),
             pos=print_poly(pos, names)))
         # a task's unit is one row of the other outer loops, one block of JTILE along j and a chunk of up to
         # EVO_TILE_CHUNK blocks of TILE along w (prelude.c)
