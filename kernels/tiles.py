@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evonnx.errors import InternalError
-from evonnx.expr import Expr, IndexVal, Load, Op, Reduce, TableLoad, substitute, walk
+from evonnx.expr import Expr, Load, Op, Reduce, TableLoad, substitute, walk
 from evonnx.index import Atom, FloorDiv, Foreign, Lookup, Max, Min, Mod, Poly, PolyLike, Var, floordiv, mod, subs, var
+from evonnx.kernels.schedule import polys
 
 # A block is TILE along w (8 float32: one AVX register per row) by JTILE along j: two 8 x 8 register transposes,
 # whose output rows are 64 bytes, a whole cache line, stored at once (evo_store16: around the cache where the
@@ -75,33 +76,23 @@ def merged_tile_axis(outer: list[Poly], w: int, expr: Expr, pos: Poly) -> tuple[
     while True:
         wv = outer[w].atom()
         assert isinstance(wv, Var)
-        polys = [pos] + [p for x in walk(expr) for p in _polys(x)]
+        indices = [pos] + [p for x in walk(expr) for p in polys(x)]
         for k, lp in enumerate(outer):
             u = lp.atom()
-            if k == w or not isinstance(u, Var) or wv.extent.const is None or not _linear_in(polys, u, wv):
+            if k == w or not isinstance(u, Var) or wv.extent.const is None or not _linear_in(indices, u, wv):
                 continue
             m = var(f"{u.name}{wv.name}", u.extent * wv.extent)
             mv = m.atom()
             assert isinstance(mv, Var)
             mapping: dict[Atom, PolyLike] = {u: floordiv(m, wv.extent), wv: mod(m, wv.extent)}
             new_expr, new_pos = substitute(expr, mapping), subs(pos, mapping)
-            if any(not _top_level(p, mv) for p in [new_pos] + [q for x in walk(new_expr) for q in _polys(x)]):
+            if any(not _top_level(p, mv) for p in [new_pos] + [q for x in walk(new_expr) for q in polys(x)]):
                 continue  # not put back together (belt and braces: `_linear_in` said it would be)
             outer = [m if i == w else q for i, q in enumerate(outer) if i != k]
             w, expr, pos = outer.index(m), new_expr, new_pos
             break
         else:
             return outer, w, expr, pos
-
-
-def _polys(x: Expr) -> list[Poly]:
-    if isinstance(x, (Load, TableLoad)):
-        return [x.index]
-    if isinstance(x, IndexVal):
-        return [x.poly]
-    if isinstance(x, Reduce):
-        return [x.var]
-    return []
 
 
 def _linear_in(polys: Sequence[Poly], u: Var, w: Var) -> bool:
