@@ -212,15 +212,17 @@ class _Kernel:
                 + "); rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
                 + f"; {TILE}x{JTILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
         indent = "                            "
+        loop = {streamed: template("task_tile_loop.c").substitute(
+            streamed=streamed, unravel=_indented(unravel, "        "), ctype=CTYPE[o.dtype],
+            tile_body=_indented(tile_body, indent[8:]), tile_body8=_indented(tile_body, indent[4:]),
+            body=_indented(body, indent[4:]), slot=oi, row_loop=_row_loop(decls, row_body, indent[:20]),
+            wshift=wshift, pos=print_poly(pos, names)).rstrip("\n") for streamed in ("1", "0")}
         self.tasks.append(template("task_tile.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
             bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
-            inner_extent=print_poly(inner_ext, names), unravel=_indented(unravel, "    "), ctype=CTYPE[o.dtype],
-            tile_body=_indented(tile_body, indent[12:]), tile_body8=_indented(tile_body, indent[8:]),
-            body=_indented(body, indent[8:]), slot=oi,
-            row_loop=_row_loop(decls, row_body, indent[:16]), wshift=wshift,
-            rows=print_poly(product(rest_ext), names),
-            pos=print_poly(pos, names)))
+            inner_extent=print_poly(inner_ext, names), ctype=CTYPE[o.dtype], loop_streamed=loop["1"],
+            loop_cached=loop["0"], rows=print_poly(product(rest_ext), names),
+            wstride=print_poly(pos.coefficient(wv) or Poly.of(1), names)))
         # a task's unit is one row of the other outer loops, one block of JTILE along j and a chunk of up to
         # EVO_TILE_CHUNK blocks of TILE along w (prelude.c)
         wext, jext = print_poly(outer_ext[w], names), print_poly(inner_ext, names)
