@@ -68,8 +68,8 @@ def test_tiled_transpose_matches_onnxruntime_at_whole_and_cut_blocks(tmp_path: P
 @pytest.mark.parametrize("c", [96, 90])
 def test_a_large_tiled_transpose_merges_its_rows_and_streams_whole_lines(tmp_path: Path, c: int) -> None:
     # constant H and W: the H and W loops are one loop of H*W along which the tiles read (tiles.merged_tile_axis);
-    # the output (over EVO_STREAM_BYTES, 4 MB) is stored around the cache where a row starts a cache line, and
-    # through the cache where it does not (C = 90: rows of 360 bytes)
+    # the output is over EVO_STREAM_BYTES (4 MB): rows of 384 bytes (C = 96) are whole lines and stored around the
+    # cache; rows of 360 bytes (C = 90) are not, and the cached loop stores them
     src = _nchw_to_nhwc(tmp_path, TensorProto.FLOAT, "Sigmoid", ("N", c, 160, 150))
     dump = tmp_path / "dump"
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
