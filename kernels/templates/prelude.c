@@ -159,19 +159,20 @@ static inline __attribute__((always_inline)) void evo_boxes_out(const void *i, v
 #define EVO_TILE_CHUNK 32
 
 /* A tiled task's output row of 16 4-byte elements (two rows of its 8x8 transposes, `a` then `b`), stored at `p`.
- * Where `stream` is set and `p` starts a 64-byte cache line, the row is that whole line, stored around the cache
+ * Where `p` starts a 64-byte cache line, the row is that whole line, stored around the cache
  * with non-temporal stores (SSE's movntps, in both clones of a task): a store that misses the cache otherwise
  * reads the line for ownership first, and a transpose's output rows are stored one line per input row, too far
  * apart for the hardware to see whole lines. mmdet RetinaNet's [1, 720, 80, 80] scores under Sigmoid, 18 MB:
  * 4.6 -> 3.4 ms in a harness (a plain copy 3.7 -> 1.9 ms) on an AMD EPYC with 2 MB of L2 per core and 32 MB of
  * L3; in the model, 4.4 -> 3.7 ms, and its 4.6 MB level 1.1 -> 1.0 ms, with no loss in the ReduceMax reading
- * them. A stream goes past the cache, so only outputs larger than EVO_STREAM_BYTES take it. Bits only;
+ * them. A stream goes past the cache, so only the streamed loop of a tiled task (outputs larger than
+ * EVO_STREAM_BYTES, rows whole lines apart) calls it. Bits only;
  * evo_stream_fence orders the stores before the task returns (they are weakly ordered). */
 #define EVO_STREAM_BYTES (4.0 * 1024 * 1024)
 #if defined(__SSE__) && (defined(__x86_64__) || defined(__i386__))
 #include <xmmintrin.h>
-static inline __attribute__((always_inline)) void evo_store16(void *p, const void *a, const void *b, int stream) {
-    if (stream && ((uintptr_t)p & 63) == 0) {
+static inline __attribute__((always_inline)) void evo_store16(void *p, const void *a, const void *b) {
+    if (((uintptr_t)p & 63) == 0) {
         float *d = (float *)p;
         _mm_stream_ps(d, _mm_loadu_ps((const float *)a));
         _mm_stream_ps(d + 4, _mm_loadu_ps((const float *)a + 4));
@@ -190,8 +191,7 @@ static inline void evo_stream_fence(int stream) {
         _mm_sfence();
 }
 #else
-static inline void evo_store16(void *p, const void *a, const void *b, int stream) {
-    (void)stream;
+static inline void evo_store16(void *p, const void *a, const void *b) {
     memcpy(p, a, 32);
     memcpy((char *)p + 32, b, 32);
 }

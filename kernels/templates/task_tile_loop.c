@@ -34,7 +34,7 @@ $tile_body
                         for (int64_t ww = 0; ww < 8; ++ww) {
                             const int64_t w = w0 + ww;
                             const int64_t j = jb;
-                            evo_store16(&out$slot[$pos], rows[0][ww], rows[1][ww], 1);
+                            evo_store16(&out$slot[$pos], rows[0][ww], rows[1][ww]);
                         }
                         continue;
                     }
