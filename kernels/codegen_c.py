@@ -19,6 +19,7 @@ from evonnx.expr import (
     ONNX_CODE,
     Expr,
     Op,
+    Reduce,
     children,
     free_vars,
     substitute,
@@ -36,7 +37,7 @@ from evonnx.index import (
     subs,
 )
 from evonnx.kernels.boxes import box_block
-from evonnx.kernels.cprint import CTYPE, Hoist, Names, lane_reduce, print_expr, print_poly, with_binding
+from evonnx.kernels.cprint import CTYPE, Hoist, Names, lane_groups, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import (
     Tables,
@@ -256,10 +257,15 @@ class _Kernel:
         row_lanes: list[str] = []
         lanes: list[str] = []
         fv: dict[Expr, frozenset[object]] = {}
+        per_row: list[Reduce] = []
+        per_step: list[Reduce] = []
         for red in unguarded_reductions([e for _, e in roots]):
             if lane in free_vars(red, fv):  # type: ignore[arg-type]
-                per_row = not on_inner and jv not in free_vars(red, fv)  # type: ignore[arg-type]
-                (row_lanes if per_row else lanes).extend(lane_reduce(red, names, bind, LANES))
+                row = not on_inner and jv not in free_vars(red, fv)  # type: ignore[arg-type]
+                (per_row if row else per_step).append(red)
+        for reds, out in ((per_row, row_lanes), (per_step, lanes)):
+            for group in lane_groups(reds):
+                out.extend(lane_reduce(group, names, bind, LANES))
         row_body, body = _body(roots, targets, names, lane if on_inner else jv,
                                row_arrays=None if on_inner else decls, lane_index="ll")
         fname = f"{self.spec.name}_task{len(self.runs)}"
@@ -305,6 +311,7 @@ class _Kernel:
         for s, n in self.sym_names.items():
             lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
         return "\n".join([*lines, Hoist.HOISTED])
+
 
 
 def _cost(roots: Sequence[tuple[Poly, Expr]]) -> int:

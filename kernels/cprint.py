@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from evonnx.errors import InternalError
-from evonnx.expr import FLOATS, HALF, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Picked, Reduce, TableLoad
+from evonnx.expr import FLOATS, HALF, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Picked, Reduce, TableLoad, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
@@ -294,21 +294,57 @@ def with_binding(bind: str, statements: Sequence[str]) -> list[str]:
     return [bind, *statements] if used else list(statements)
 
 
-def lane_reduce(e: Reduce, names: Names, bind: str, lanes: int) -> list[str]:
-    """Statements computing reduction `e` for a block of up to `lanes` adjacent elements at once, and records its
-    per-lane result in `names.lane_results` (an expression of the lane index `ll`).
+def lane_reduce(group: Sequence[Reduce], names: Names, bind: str, lanes: int) -> list[str]:
+    """Statements computing the reductions `group` for a block of up to `lanes` adjacent elements at once, and
+    records each one's per-lane result in `names.lane_results` (an expression of the lane index `ll`).
 
     The reduction's loop is outside and a loop over the block's lanes (`ll` < `ln`, each lane's loop variable
     bound by `bind`) inside, with one accumulator per lane: where the body reads contiguously along the lanes but
     with a stride along the reduced axis, gcc vectorises the lane loop with plain loads (schedule.lane_axis). Each
     lane accumulates in the reduced axis' order, and max/min/argmax/argmin keep onnxruntime's rules (from element
     0, a strictly better element replaces it: NaN at element 0 wins, a later one is skipped). The body is printed
-    as one expression; the reductions inside it must be in `names.lane_results` already."""
-    v = e.var.atom()
-    assert isinstance(v, Var)
+    as one expression; the reductions inside it must be in `names.lane_results` already.
+
+    The reductions of a group run over the same extent and none reads another (`lane_groups`): they share one
+    loop, so what their bodies compute alike (a Softmax's exps, summed and weighted by a DFL head's bins) is
+    computed once per step (gcc's common subexpressions: the bodies are printed with the same loop variable)."""
     r = names.fresh_loop()
-    names.vars[v] = r
-    ext = print_poly(v.extent, names)
+    ext = ""
+    inits: list[tuple[str, str, str]] = []
+    steps: list[str] = []
+    for e in group:
+        v = e.var.atom()
+        assert isinstance(v, Var)
+        names.vars[v] = r
+        ext = print_poly(v.extent, names)
+        tag = r if e is group[0] else names.fresh_loop()
+        decls, step, result = _lane_step(e, names, r, tag)
+        inits += decls
+        steps += step
+        names.lane_results[e] = result
+    lines = [f"{ct} {name}[{lanes}];" for ct, name, _ in inits]
+    lines += _loop(f"for (int64_t ll = 0; ll < {lanes}; ++ll)", [f"{name}[ll] = {v0};" for _, name, v0 in inits])
+    lane_loop = ['_Pragma("omp simd")', *_loop("for (int64_t ll = 0; ll < ln; ++ll)", with_binding(bind, steps))]
+    return lines + _loop(f"for (int64_t {r} = 0; {r} < {ext}; ++{r})", lane_loop)
+
+
+def lane_groups(reds: Sequence[Reduce]) -> list[list[Reduce]]:
+    """`reds` (each after the reductions in its body) in groups that `lane_reduce` computes in one loop: runs of
+    reductions over the same extent where none is inside another's body."""
+    groups: list[list[Reduce]] = []
+    for red in reds:
+        last = groups[-1] if groups else None
+        if (last is not None and last[0].var.atom().extent == red.var.atom().extent  # type: ignore[union-attr]
+                and not set(last) & set(walk(red.body))):
+            last.append(red)
+        else:
+            groups.append([red])
+    return groups
+
+
+def _lane_step(e: Reduce, names: Names, r: str, tag: str) -> tuple[list[tuple[str, str, str]], list[str], str]:
+    """Reduction `e`'s per-lane accumulators (C type, name, initial value), the statements of one step of loop
+    `r` for lane `ll`, and its result, its names prefixed with `tag`."""
     saved, names.pre = names.pre, None  # a reduction nested in the body and not on lanes: a statement expression
 
     def inline(x: Expr) -> str:
@@ -317,49 +353,33 @@ def lane_reduce(e: Reduce, names: Names, bind: str, lanes: int) -> list[str]:
     body = _dot_factors(e, inline) if e.op == "dot" else inline(e.body)
     names.pre = saved
     t = CTYPE[e.body.dtype]
-    floating = e.body.dtype in FLOATS
-
-    def per_lane(statements: Sequence[str]) -> list[str]:
-        return ['_Pragma("omp simd")', *_loop("for (int64_t ll = 0; ll < ln; ++ll)", with_binding(bind, statements))]
-
-    def init(decls: Sequence[tuple[str, str, str]]) -> list[str]:
-        """Arrays of one accumulator per lane, (C type, name, initial value)."""
-        return ([f"{ct} {name}[{lanes}];" for ct, name, _ in decls]
-                + _loop(f"for (int64_t ll = 0; ll < {lanes}; ++ll)", [f"{name}[ll] = {v0};" for _, name, v0 in decls]))
-
-    value = f"const {t} {r}_v = {body};"
-    loop = f"for (int64_t {r} = 0; {r} < {ext}; ++{r})"
+    value = f"const {t} {tag}_v = {body};"
     if e.op == "dot":  # as _reduce_code: one fma per step and lane, in order
-        lines = [*init([(t, f"{r}_acc", f"evo_pzero_{SUFFIX[e.dtype]}()")]),
-                 *_loop(loop, per_lane([f"{r}_acc[ll] = {_fma(e.dtype)}({body}, {r}_acc[ll]);"]))]
-        result = f"{r}_acc[ll]"
-    elif e.op in _IDENTITY:
+        return ([(t, f"{tag}_acc", f"evo_pzero_{SUFFIX[e.dtype]}()")],
+                [f"{tag}_acc[ll] = {_fma(e.dtype)}({body}, {tag}_acc[ll]);"], f"{tag}_acc[ll]")
+    if e.op in _IDENTITY:
         op = "+" if e.op == "sum" else "*"
         acc_t = _sum_type(e, t)
-        lines = [*init([(acc_t, f"{r}_acc", print_const(_IDENTITY[e.op], e.dtype))]),
-                 *_loop(loop, per_lane([value, f"{r}_acc[ll] = {r}_acc[ll] {op} {r}_v;"]))]
-        result = f"({t}){r}_acc[ll]" if acc_t != t else f"{r}_acc[ll]"
-    elif e.op in ("max", "min"):
+        return ([(acc_t, f"{tag}_acc", print_const(_IDENTITY[e.op], e.dtype))],
+                [value, f"{tag}_acc[ll] = {tag}_acc[ll] {op} {tag}_v;"],
+                f"({t}){tag}_acc[ll]" if acc_t != t else f"{tag}_acc[ll]")
+    if e.op in ("max", "min"):
         cmp = ">" if e.op == "max" else "<"
-        step = [value, f"{r}_acc[ll] = {r}_v {cmp} {r}_acc[ll] ? {r}_v : {r}_acc[ll];"]
-        decls = [(t, f"{r}_acc", _extreme(e.dtype, e.op == "max"))]
-        result = f"{r}_acc[ll]"
-        if floating:  # the extreme skips every NaN (a NaN never compares better); element 0's is kept apart
-            decls.append(("int", f"{r}_nan0", "0"))
-            step.append(f"{r}_nan0[ll] |= ({r} == 0) & ({r}_v != {r}_v);")
-            result = f"({r}_nan0[ll] ? ({t})NAN : {r}_acc[ll])"
-        lines = [*init(decls), *_loop(loop, per_lane(step))]
-    elif e.op in ("argmax", "argmin"):
+        step = [value, f"{tag}_acc[ll] = {tag}_v {cmp} {tag}_acc[ll] ? {tag}_v : {tag}_acc[ll];"]
+        decls = [(t, f"{tag}_acc", _extreme(e.dtype, e.op == "max"))]
+        if e.body.dtype not in FLOATS:
+            return decls, step, f"{tag}_acc[ll]"
+        # the extreme skips every NaN (a NaN never compares better); element 0's is kept apart
+        decls.append(("int", f"{tag}_nan0", "0"))
+        step.append(f"{tag}_nan0[ll] |= ({r} == 0) & ({tag}_v != {tag}_v);")
+        return decls, step, f"({tag}_nan0[ll] ? ({t})NAN : {tag}_acc[ll])"
+    if e.op in ("argmax", "argmin"):
         better = (">" if e.op == "argmax" else "<") + ("=" if e.attr else "")
-        lines = [*init([(t, f"{r}_best", _extreme(e.body.dtype, e.op == "argmax")), ("int64_t", f"{r}_at", "0")]),
-                 *_loop(loop, per_lane([value, f"const int {r}_take = ({r} == 0) | ({r}_v {better} {r}_best[ll]);",
-                                        f"{r}_best[ll] = {r}_take ? {r}_v : {r}_best[ll];",
-                                        f"{r}_at[ll] = {r}_take ? {r} : {r}_at[ll];"]))]
-        result = f"{r}_at[ll]"
-    else:
-        raise TypeError(f"cannot print reduction {e.op}")
-    names.lane_results[e] = result
-    return lines
+        return ([(t, f"{tag}_best", _extreme(e.body.dtype, e.op == "argmax")), ("int64_t", f"{tag}_at", "0")],
+                [value, f"const int {tag}_take = ({r} == 0) | ({tag}_v {better} {tag}_best[ll]);",
+                 f"{tag}_best[ll] = {tag}_take ? {tag}_v : {tag}_best[ll];",
+                 f"{tag}_at[ll] = {tag}_take ? {r} : {tag}_at[ll];"], f"{tag}_at[ll]")
+    raise TypeError(f"cannot print reduction {e.op}")
 
 
 _RANGE = {t: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in UTYPE.keys() | {"uint8", "uint16", "uint32",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from evonnx import expr as E
 from evonnx.expr import Const, Expr
 from evonnx.index import Poly, pmax, pmin, product
@@ -246,9 +248,12 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
         axis = norm_axis(int(attrs.get("axis", -1)), x.rank, op)
         n = x.shape[axis].const
         # Each output element is computed on its own: the max and sum are shared by the elements computed together
-        # (the unrolled last axis). Over a longer last axis they are hoisted per row and vectorised too, yet the
-        # fused softmax measured slower than onnxruntime's MLAS kernel: 403 vs 140 us for (2400, 92) with a Mul
-        # fused in front, 1823 vs 1037 us for (33600, 17), 1 thread. Left to onnxruntime.
+        # (the unrolled last axis) or hoisted per row, but each element computes its exp beside the sum's, where
+        # onnxruntime's MLAS kernel stores the exps and scales them: a fused softmax measured slower than it, 403
+        # vs 140 us for (2400, 92) with a Mul fused in front, 1823 vs 1037 us for (33600, 17), 238 vs 71-118 us
+        # for (4096, 8), 1 thread. The cost model prices that (cost_model._softmax_stats), so a Softmax is fused
+        # where its exps are shared: read only by MatMuls by constant weights (a DFL head, `_matmul`), whose
+        # weighted sum and row sum run in one loop (cprint.lane_reduce). Longer rows stay with onnxruntime.
         if axis != x.rank - 1 or n is None or n > MAX_SOFTMAX_AXIS:
             raise Reject(f"{op} over an axis that is not a last axis of at most {MAX_SOFTMAX_AXIS} elements is "
                          "faster in onnxruntime")
@@ -269,7 +274,7 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
     return f
 
 
-MAX_SOFTMAX_AXIS = 8  # see _softmax
+MAX_SOFTMAX_AXIS = 32  # see _softmax (a DFL head's 16 bins, with room)
 
 # MatMul by a small right-hand matrix [K, N] (a detection head's DFL projection: [16, 1]). Each output element is
 # its own chain of K fused multiply-adds, so a large K or N belongs in onnxruntime's GEMM.
@@ -296,12 +301,47 @@ def _matmul(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[L
     if a.shape[-1].const != k:
         raise Reject(f"{op}: A's last axis {a.shape[-1]} is not B's first ({k})")
     shape = (*a.shape[:-1], Poly.of(n))
+    bounded = weights_bounded(vals[1].array() if len(vals) > 1 and vals[1] is not None else None, a.dtype)
 
     def fn(idx: tuple[Poly, ...]) -> Expr:
         v = L.fresh_var(Poly.of(k))
-        return E.Reduce("dot", v, E.binary("mul", a.fn((*idx[:-1], v)), b.fn((v, idx[-1]))), a.dtype)
+        av = a.fn((*idx[:-1], v))
+        quotient = _softmax_quotient(av, v) if bounded else None
+        if quotient is not None:
+            return E.binary("div", E.Reduce("dot", v, E.binary("mul", quotient[0], b.fn((v, idx[-1]))), a.dtype),
+                            quotient[1])
+        return E.Reduce("dot", v, E.binary("mul", av, b.fn((v, idx[-1]))), a.dtype)
 
     return [Lazy(a.dtype, shape, fn)]
+
+
+def weights_bounded(weights: np.ndarray | None, dtype: str | None) -> bool:
+    """Whether a MatMul of a Softmax by `weights` computes the weighted sum of the exps, divided once by their sum
+    (`_softmax_quotient`), where onnxruntime divides each exp first (a DFL head: one exp per element, summed and
+    weighted in one loop). Equal but for rounding: the exps lie in [0, 1], so where the weights' absolute column
+    sums are finite with room to spare, so is every partial sum."""
+    if weights is None or dtype not in ("float32", "float64") or weights.ndim != 2:
+        return False
+    with np.errstate(all="ignore"):
+        sums = np.sum(np.abs(weights.astype(np.float64)), axis=0)
+    return bool(np.all(sums < float(np.finfo(dtype).max) / 4))
+
+
+def _softmax_quotient(e: Expr, v: Poly) -> tuple[Expr, Expr] | None:
+    """(exp(x - max), sum) where `e` is an element of a Softmax along `v` (`_softmax`: exp(x - max) / sum, the sum
+    independent of `v`), else None."""
+    if not (isinstance(e, E.Op) and e.op == "div"):
+        return None
+    num, den = e.args
+    if not (isinstance(num, E.Op) and num.op == "exp" and isinstance(den, E.Reduce) and den.op == "sum"):
+        return None
+    shifted = num.args[0]
+    if not (isinstance(shifted, E.Op) and shifted.op == "sub" and isinstance(shifted.args[1], E.Reduce)
+            and shifted.args[1].op == "max"):
+        return None
+    if v.atom() in E.free_vars(den):
+        return None
+    return num, den
 
 
 _RED = MapKind.REDUCTION

@@ -23,6 +23,7 @@ the cheaper is kept (dynamic programming over the frontier).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Set
 from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
@@ -89,7 +90,8 @@ class _Costing:
         out = sum(self.st.nbytes.get(t, 0.0) for t in self.out_names[i])
         inp = sum(self.st.nbytes.get(t, 0.0) for t in self.data_inputs[i])
         elems = sum(self.st.numel.get(t, 0.0) for t in self.out_names[i])
-        return self.cm.node_us(inp + out, elems, self.st.ops.get(n.name, (1.0, 0.0, 0.0)))
+        ops = self.st.ort_ops.get(n.name) or self.st.ops.get(n.name, (1.0, 0.0, 0.0))
+        return self.cm.node_us(inp + out, elems, ops) + self.st.ort_rows.get(n.name, 0.0) * self.cm.ort_row_ns / 1e3
 
     def _reads(self, c: int, t: str) -> float:
         """Elements of tensor `t` that one element of consumer `c` reads, on average, when fused."""
@@ -116,17 +118,19 @@ class _Costing:
         nbytes = sum(self.st.nbytes.get(t, 0.0) for t in read)
         demand: dict[int, float] = {}
         work = 0.0
+        mat: set[str] = set()
         for m in sorted(members, reverse=True):
             d = 0.0
             for t in self.out_names[m]:
                 if t in self.graph_outputs or any(c not in members for c in self.any_consumers.get(t, ())):
                     d += self.st.numel.get(t, 0.0)
                     nbytes += self.st.nbytes.get(t, 0.0)
+                    mat.add(t)
             # consumers reading the same element at the same index share it (common subexpressions), so the
             # demand is the largest consumer's, not their sum
             d = max([d] + [demand.get(c, 0.0) * self._reads(c, t) for c, t in self.consumers[m] if c in members])
             demand[m] = d
-            work += self.cm.fused_ns(d, self.st.ops.get(self.gr.nodes[m].name, (1.0, 0.0, 0.0)))
+            work += self.cm.fused_ns(d, self._ops(m, mat))
         cost = self.cm.kernel_us + self.cm.roofline(nbytes, work)
         self.cache[members] = cost
         return cost
@@ -146,8 +150,13 @@ class _Costing:
                 mat.discard(t)
         return max([d] + [demand.get(c, 0.0) * self._reads(c, t) for c, t in self.consumers[m] if c in members])
 
-    def _ops(self, m: int) -> Ops:
-        return self.st.ops.get(self.gr.nodes[m].name, (1.0, 0.0, 0.0))
+    def _ops(self, m: int, mat: Set[str]) -> Ops:
+        """Node `m`'s operations per element in a group whose materialised tensors are `mat`."""
+        name = self.gr.nodes[m].name
+        shared = self.st.shared_ops.get(name)
+        if shared is not None and not any(t in mat for t in self.out_names[m]):
+            return shared
+        return self.st.ops.get(name, (1.0, 0.0, 0.0))
 
     def agg_full(self, members: frozenset[int], desc: list[int], anc: list[int], until: int) -> _Agg:
         """The aggregate of `members`, computed from scratch in O(|members|)."""
@@ -159,7 +168,7 @@ class _Costing:
         bits = d = a = 0
         for m in sorted(members, reverse=True):
             demand[m] = self._demand(m, members, demand, mat)
-            work += self.cm.fused_ns(demand[m], self._ops(m))
+            work += self.cm.fused_ns(demand[m], self._ops(m, mat))
             bits |= 1 << m
             d |= desc[m]
             a |= anc[m]
@@ -195,10 +204,12 @@ class _Costing:
         fresh = set(extra)
         while heap:
             m = -heapq.heappop(heap)
+            was = None if m in fresh else self._ops(m, g.mat)
             new = self._demand(m, members, demand, mat)
-            if m in fresh or new != demand[m]:
-                old = 0.0 if m in fresh else self.cm.fused_ns(demand[m], self._ops(m))
-                work += self.cm.fused_ns(new, self._ops(m)) - old
+            ops = self._ops(m, mat)
+            if was is None or new != demand[m] or ops != was:
+                old = 0.0 if was is None else self.cm.fused_ns(demand[m], was)
+                work += self.cm.fused_ns(new, ops) - old
                 demand[m] = new
                 for p, _ in self.data_producers[m]:
                     if p in members and p not in queued:
