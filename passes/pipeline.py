@@ -32,6 +32,7 @@ from evonnx.passes.ort_layout import folded, layout_chain
 from evonnx.passes.plan_fusion import plan_fusion
 from evonnx.passes.plan_search import DEFAULT_SEARCH, SearchConfig, plan_search
 from evonnx.passes.rewrite import rewrite
+from evonnx.passes.zero_signs import zero_sign_leaves
 from evonnx.records import FusionPlan, KernelSpec
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def _run(model: onnx.ModelProto, planner: str, sizes: Mapping[str, int] | None, 
     g = gs.import_onnx(without_overridable(model))
     g.toposort()
     an = analyze(g, default_opset(model))
-    kept = {**(layout_chain(g) if ort_layout else {}), **(leave or {})}
+    kept = {**zero_sign_leaves(g, an), **(layout_chain(g) if ort_layout else {}), **(leave or {})}
     for name, reason in kept.items():
         if name in an.lowered:
             an.lowered[name] = Reject(reason)

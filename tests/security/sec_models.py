@@ -257,6 +257,18 @@ def gather_no_indices() -> Regression:
     return Regression(model, sizes("N", [0, 1, 3]), note="Concat(x, Gather(x[N,8], Range(0, 0, 1), axis=1))")
 
 
+# -- a zero from Min/Max of +0 and -0 as a divisor --------------------------------------------------------------------
+def zero_sign_divisor(op: str) -> Regression:
+    # onnxruntime's Min/Max of +0 and -0 gives either zero depending on the element's position; 1 / that zero is
+    # +inf or -inf (fuzz case 359, seed 978007: the check refused evonnx's own model). The Min stays with it.
+    signs = np.array([-0.0, 0.0, -0.0, -0.0, 0.0, 0.0, -0.0, 0.0], np.float32)
+    nodes = around([node("Mul", ["a", "zero"], ["z"]), node(op, ["z", "signs"], ["m"]),
+                    node("Div", ["one", "m"], ["d"])], "a", "d")
+    model = make_model(nodes, [("x", F, ["N", 8])], [("y", F, 2)],
+                       {"zero": np.float32(0.0), "one": np.float32(1.0), "signs": signs, "c": np.float32(2.0)})
+    return Regression(model, sizes("N", [1, 3, 37]), note=f"Div(1, {op}(x * 0, [-0, +0, ...]))")
+
+
 # -- static empty tensors through reshapes -----------------------------------------------------------------------------
 def static_empty(shape: list, perm: list[int]) -> Regression:
     # a dim that is 0 in the model itself: flattening index arithmetic must not divide by it
@@ -472,6 +484,8 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["reshape-from-shapes/zero-copies"] = reshape_from_shapes
     out["constant-group/no-inputs"] = constant_group
     out["gather-no-indices/empty-range"] = gather_no_indices
+    for op in ("Min", "Max"):
+        out[f"zero-sign/{op}-divisor"] = lambda o=op: zero_sign_divisor(o)
     for shape, perm in ((["M", "N", 0], [3, 1, 0, 2]), (["M", 0, "N"], [0, 2, 1, 3]), ([0, "M"], [1, 0, 2])):
         out[f"static-empty/{shape}-{perm}"] = lambda s=shape, p=perm: static_empty(s, p)
     for op in ("ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
