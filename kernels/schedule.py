@@ -92,8 +92,9 @@ def _split_points(e: Expr, vars_: Sequence[Var], unrolled: Sequence[Var] = (),
                 shift = {"lt": 0, "ge": 0, "le": 1, "gt": 1, "eq": 0}[cond.op] if coeff == 1 else (
                     {"lt": 1, "ge": 1, "le": 0, "gt": 0, "eq": 0}[cond.op])
                 found = {point + shift} | ({point + 1} if cond.op == "eq" else set())
-                if period and v in period:
-                    # only points in phase with v's period, never a remainder's wrap points (`periodic.periods`)
+                if period and v in period and v is vars_[-1]:
+                    # only points in phase with v's period, never a remainder's wrap points (`periodic.periods`):
+                    # the innermost v's remainder is unrolled; an outer one's is a loop, whose selects are split
                     if any(isinstance(a, Mod) for a in diff.atoms()):
                         continue
                     found = {p for p in found if divides(period[v], p)}
@@ -178,16 +179,29 @@ class Piece:
     ranges: tuple[tuple[Poly, Poly], ...]  # per original axis: [lo, hi)
 
 
+def _trailing_unrolled(axes: Sequence[Var]) -> list[Var]:
+    """Of loops `axes` (outermost first), the trailing ones code generation unrolls (codegen_c._add_task): constant
+    extents whose product is at most MAX_UNROLL. A small axis before a long one is a loop: a select on it is split
+    into pieces, not left to each element (ultralytics' box rows, x/y against w/h, over 8400 anchors)."""
+    out: list[Var] = []
+    width = 1
+    for a in reversed(axes):
+        n = a.extent.const
+        if n is None or width * n > MAX_UNROLL:
+            break
+        out.append(a)
+        width *= n
+    return out
+
+
 def pieces(o: KernelOutput) -> list[Piece]:
     vars_ = [a for p in o.index if (a := p.atom()) is not None and isinstance(a, Var)]
-    unrolled = [a for k, p in enumerate(o.index) if isinstance(a := p.atom(), Var)
-                and (n := o.shape[k].const) is not None and n <= MAX_UNROLL]
+    unrolled = _trailing_unrolled([a for a in vars_ if a.extent.const != 1])
     points = _split_points(o.expr, vars_, unrolled, periods(o.expr, vars_))
     per_axis: list[list[tuple[Poly, Poly]]] = []
     for k, p in enumerate(o.index):
         v = p.atom()
-        n = o.shape[k].const
-        small = n is not None and n <= MAX_UNROLL  # unrolled instead
+        small = v in unrolled  # unrolled instead
         if isinstance(v, Var) and v in points and not small:
             per_axis.append(_intervals(v, points[v]))
         else:
@@ -215,7 +229,7 @@ def _refine(o: KernelOutput, ranges: tuple[tuple[Poly, Poly], ...], depth: int
         expr = substitute(o.expr, mapping)
     except (InternalError, ZeroDivisionError):
         return [ranges]
-    unrolled = [a for a in local.values() if (n := a.extent.const) is not None and n <= MAX_UNROLL]
+    unrolled = _trailing_unrolled([local[k] for k in sorted(local)])
     points = _split_points(expr, list(local.values()), unrolled, periods(expr, list(local.values())))
     per_axis: list[list[tuple[Poly, Poly]]] = []
     split = False
