@@ -192,19 +192,33 @@ def _softmax_stats(st: NodeStats, g: gs.Graph, an: Analysis, node: gs.Node) -> N
     for a fused one, each exp once where they are shared (`shared_ops`), else `STORED_SOFTMAX_FACTOR` times its
     operations."""
     ops = st.ops[node.name]
-    simple, special, steps = ops
     out = node.outputs[0]
     info = an.tensors.get(out.name)
-    row = info.shape[-1].const if info is not None and info.shape else None
+    axis = next((int(v) for k, v in node.attrs.items() if k == "axis"), -1)
+    row = info.shape[axis].const if info is not None and info.shape and -len(info.shape) <= axis < len(info.shape) \
+        else None
     st.ort_rows[node.name] = st.numel.get(out.name, 0.0) / max(row or NOMINAL_SIZE, 1)
-    once = (simple, max(special - 1.0, 0.0), steps)
+    # per element, whichever the axis: a step of the row's max, a subtraction, one exp, a step of the row's sum and
+    # (onnxruntime) the scaling; over another axis than the last, evonnx's own count recomputes the row per element
+    once = (3.0, 1.0, 2.0)
     st.ort_ops[node.name] = once
     st.ops[node.name] = (ops[0] * STORED_SOFTMAX_FACTOR, ops[1] * STORED_SOFTMAX_FACTOR, ops[2] * STORED_SOFTMAX_FACTOR)
     readers = [c for c in g.nodes if any(t.name == out.name for t in c.inputs)]
-    if readers and all(c.op == "MatMul" and c.inputs[0].name == out.name and len(c.inputs) > 1
-                       and weights_bounded(_known(an, c.inputs[1].name), info.dtype if info else None)
-                       for c in readers):
+    rank = len(info.shape) if info is not None and info.shape else 0
+    along = axis % rank if rank else -1
+    if readers and all(_weighs_rows(c, out.name, along, rank, an, info.dtype if info else None) for c in readers):
         st.shared_ops[node.name] = once
+
+
+def _weighs_rows(c: gs.Node, t: str, axis: int, rank: int, an: Analysis, dtype: str | None) -> bool:
+    """Whether `c` contracts tensor `t` along `axis` with bounded constant weights (lower_reduce._dot's quotient):
+    a MatMul reading it as A along its last axis, or a 1x1 Conv along its channels."""
+    if len(c.inputs) < 2 or c.inputs[0].name != t or (c.op, axis) not in (("MatMul", rank - 1), ("Conv", 1)):
+        return False
+    weights = _known(an, c.inputs[1].name)
+    if c.op == "Conv" and weights is not None:
+        weights = weights.reshape(weights.shape[0], -1).T if weights.ndim >= 2 else None
+    return weights_bounded(weights, dtype)
 
 
 def _known(an: Analysis, name: str) -> np.ndarray | None:

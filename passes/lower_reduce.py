@@ -253,18 +253,23 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
         # vs 140 us for (2400, 92) with a Mul fused in front, 1823 vs 1037 us for (33600, 17), 238 vs 71-118 us
         # for (4096, 8), 1 thread. The cost model prices that (cost_model._softmax_stats), so a Softmax is fused
         # where its exps are shared: read only by MatMuls by constant weights (a DFL head, `_matmul`), whose
-        # weighted sum and row sum run in one loop (cprint.lane_reduce). Longer rows stay with onnxruntime.
-        if axis != x.rank - 1 or n is None or n > MAX_SOFTMAX_AXIS:
-            raise Reject(f"{op} over an axis that is not a last axis of at most {MAX_SOFTMAX_AXIS} elements is "
-                         "faster in onnxruntime")
+        # weighted sum and row sum run in one loop (cprint.lane_reduce). Longer rows stay with onnxruntime. Over
+        # another axis than the last (ultralytics' DFL: axis 1 of [N, 16, 4, A]) onnxruntime transposes around it.
+        if n is None or n > MAX_SOFTMAX_AXIS:
+            raise Reject(f"{op} over an axis that is not one of at most {MAX_SOFTMAX_AXIS} elements is faster in "
+                         "onnxruntime")
 
         def fn(idx: tuple[Poly, ...]) -> Expr:
             def at(r: Poly) -> Expr:
                 return x.fn(idx[:axis] + (r,) + idx[axis + 1:])
 
             r1, r2 = L.fresh_var(x.shape[axis]), L.fresh_var(x.shape[axis])
-            m = E.Reduce("max", r1, at(r1), x.dtype)
-            s = E.Reduce("sum", r2, E.unary("exp", E.binary("sub", at(r2), m)), x.dtype)
+            if r1.atom() is None:  # an axis of one element (fuzz case 36, seed 990000): no reduction loop
+                m = at(r1)
+                s = E.unary("exp", E.binary("sub", at(r2), m))
+            else:
+                m = E.Reduce("max", r1, at(r1), x.dtype)
+                s = E.Reduce("sum", r2, E.unary("exp", E.binary("sub", at(r2), m)), x.dtype)
             shifted = E.binary("sub", x.fn(idx), m)
             if log:
                 return E.binary("sub", shifted, E.unary("log", s))
@@ -304,15 +309,60 @@ def _matmul(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[L
     bounded = weights_bounded(vals[1].array() if len(vals) > 1 and vals[1] is not None else None, a.dtype)
 
     def fn(idx: tuple[Poly, ...]) -> Expr:
-        v = L.fresh_var(Poly.of(k))
-        av = a.fn((*idx[:-1], v))
-        quotient = _softmax_quotient(av, v) if bounded else None
-        if quotient is not None:
-            return E.binary("div", E.Reduce("dot", v, E.binary("mul", quotient[0], b.fn((v, idx[-1]))), a.dtype),
-                            quotient[1])
-        return E.Reduce("dot", v, E.binary("mul", av, b.fn((v, idx[-1]))), a.dtype)
+        return _dot(lambda v: a.fn((*idx[:-1], v)), lambda v: b.fn((v, idx[-1])), k, a.dtype, bounded)
 
     return [Lazy(a.dtype, shape, fn)]
+
+
+def _dot(a_at: Callable[[Poly], Expr], w_at: Callable[[Poly], Expr], k: int, dtype: str, bounded: bool) -> Expr:
+    """The chain fma(a_at(v), w_at(v), acc) over v < k in order from +0; of a Softmax's row by `bounded` weights,
+    the exps' weighted sum divided once by their sum (`weights_bounded`)."""
+    v = L.fresh_var(Poly.of(k))
+    av = a_at(v)
+    quotient = _softmax_quotient(av, v) if bounded else None
+    if quotient is not None:
+        return E.binary("div", E.Reduce("dot", v, E.binary("mul", quotient[0], w_at(v)), dtype), quotient[1])
+    return E.Reduce("dot", v, E.binary("mul", av, w_at(v)), dtype)
+
+
+def _conv(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
+    """Conv with a 1x1 kernel by a few constant filters W[O, C, 1, ...] (ultralytics' DFL: one filter of 16 bins
+    over a Softmax of them): out[n, o, ...] is the chain fma(X[n, c, ...], W[o, c], acc) over c in order from +0,
+    then + B[o], as onnxruntime's MLAS computes a 1x1 convolution (a GEMM, then the bias). Anything else (a wider
+    kernel, strides, pads, dilations, groups, run-time weights, more filters or channels) is onnxruntime's."""
+    x, w = args[0], args[1] if len(args) > 1 else None
+    b = args[2] if len(args) > 2 else None
+    if x is None or w is None:
+        raise Reject(f"{op} without its weights")
+    weights = vals[1].array() if len(vals) > 1 and vals[1] is not None else None
+    if weights is None:
+        raise Reject(f"{op} by weights that are not a constant")
+    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise Reject(f"{op} of {x.dtype} by {w.dtype}")
+    spatial = x.rank - 2
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if (x.rank < 3 or w.rank != x.rank or int(attrs.get("group", 1)) != 1 or auto_pad not in ("NOTSET", "VALID")
+            or any(int(a) != 1 for key in ("strides", "dilations", "kernel_shape") for a in attrs.get(key, []))
+            or any(int(p) != 0 for p in attrs.get("pads", []))
+            or any(w.shape[2 + i].const != 1 for i in range(spatial))):
+        raise Reject(f"{op} other than a 1x1 kernel with no stride, pad, dilation or group")
+    o, c = w.shape[0].const, w.shape[1].const
+    if o is None or c is None or not 2 <= c <= MAX_MATMUL_K or not 1 <= o <= MAX_MATMUL_N:
+        raise Reject(f"{op} of {w.shape[1]} channels into {w.shape[0]}: only 2..{MAX_MATMUL_K} into "
+                     f"1..{MAX_MATMUL_N} is fused")
+    if x.shape[1].const != c or (b is not None and (b.rank != 1 or b.shape[0].const != o)):
+        raise Reject(f"{op}: the input's channels or the bias do not match the weights")
+    for d in x.shape[2:]:  # onnxruntime fails a Conv over an empty spatial axis ("Invalid input shape"), not N = 0
+        L.require_le(Poly.of(1), d, f"{op} over an empty spatial axis")
+    bounded = weights_bounded(weights.reshape(o, c).T, x.dtype)
+    zeros = (Poly(),) * spatial
+
+    def fn(idx: tuple[Poly, ...]) -> Expr:
+        acc = _dot(lambda v: x.fn((idx[0], v, *idx[2:])), lambda v: w.fn((idx[1], v, *zeros)), c, x.dtype, bounded)
+        return acc if b is None else E.binary("add", acc, b.fn((idx[1],)))
+
+    return [Lazy(x.dtype, (x.shape[0], Poly.of(o), *x.shape[2:]), fn)]
 
 
 def weights_bounded(weights: np.ndarray | None, dtype: str | None) -> bool:
@@ -353,4 +403,5 @@ DEFS = [
     OpDef("ArgMax", _arg_extreme("argmax"), _RED), OpDef("ArgMin", _arg_extreme("argmin"), _RED),
     OpDef("Softmax", _softmax(False), _RED), OpDef("LogSoftmax", _softmax(True), _RED),
     OpDef("MatMul", _matmul, _RED, dtypes=("float32", "float64")),
+    OpDef("Conv", _conv, _RED, dtypes=("float32", "float64")),
 ]

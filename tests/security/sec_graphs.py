@@ -254,7 +254,7 @@ class Builder(ViewSteps):
 
 STEPS = ("unary", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather", "gather",
          "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce", "range",
-         "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather")
+         "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax")
 
 
 @st.composite

@@ -269,6 +269,14 @@ def zero_sign_divisor(op: str) -> Regression:
     return Regression(model, sizes("N", [1, 3, 37]), note=f"Div(1, {op}(x * 0, [-0, +0, ...]))")
 
 
+# -- Softmax over an axis of one element ------------------------------------------------------------------------------
+def softmax_one_element(op: str, axis: int) -> Regression:
+    # a row of one element has no reduction loop (fuzz case 36, seed 990000: an internal error): exp(x - x) / itself
+    model = make_model(around([node(op, ["a"], ["s"], axis=axis)], "a", "s"), [("x", F, ["N", 1, 3])],
+                       [("y", F, 3)], {"c": np.float32(2.0)})
+    return Regression(model, sizes("N", [0, 1, 4]), note=f"{op}(x[N, 1, 3], axis={axis})", regime="special")
+
+
 # -- static empty tensors through reshapes -----------------------------------------------------------------------------
 def static_empty(shape: list, perm: list[int]) -> Regression:
     # a dim that is 0 in the model itself: flattening index arithmetic must not divide by it
@@ -486,6 +494,8 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["gather-no-indices/empty-range"] = gather_no_indices
     for op in ("Min", "Max"):
         out[f"zero-sign/{op}-divisor"] = lambda o=op: zero_sign_divisor(o)
+    for op in ("Softmax", "LogSoftmax"):
+        out[f"softmax/{op}-one-element-axis"] = lambda o=op: softmax_one_element(o, 1)
     for shape, perm in ((["M", "N", 0], [3, 1, 0, 2]), (["M", 0, "N"], [0, 2, 1, 3]), ([0, "M"], [1, 0, 2])):
         out[f"static-empty/{shape}-{perm}"] = lambda s=shape, p=perm: static_empty(s, p)
     for op in ("ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1"):

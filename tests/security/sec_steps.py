@@ -376,6 +376,34 @@ class ViewSteps:
         self.add(y, "float32", (*x.shape[:-1], n) if x.rank >= 2 else (n,))
         return True
 
+    def step_softmax(self) -> bool:
+        # Softmax over any axis of at most 33 (32 fuse), alone or read by a MatMul along its last axis or by a 1x1
+        # Conv along axis 1, by constant weights: the exps' weighted sum divided once by their sum where the weights
+        # are bounded (a DFL head, lower_reduce._dot), a Conv's empty spatial axis failing as onnxruntime's does
+        x = self.pick(lambda t: t.dtype == "float32" and self.small(t)
+                      and any(isinstance(d, int) and 1 <= d <= 33 for d in t.shape), "softmax x")
+        if x is None:
+            return False
+        axis = self.draw(st.sampled_from([a for a, d in enumerate(x.shape) if isinstance(d, int) and 1 <= d <= 33]))
+        (s,) = self.node("Softmax", [x.name], axis=axis - x.rank if self.draw(st.booleans()) else axis)
+        k, then = int(x.shape[axis]), self.draw(st.sampled_from(["alone", "matmul", "conv"]))
+        n = self.draw(st.sampled_from([1, 1, 2, 4, 5]))
+        w = np.array(self.draw(st.lists(st.sampled_from(FLOAT_VALUES[:6] + (2.5, -0.25) + FLOAT_VALUES[6:]),
+                                        min_size=k * n, max_size=k * n)), np.float32)
+        if then == "matmul" and axis == x.rank - 1 and x.rank >= 2:
+            (y,) = self.node("MatMul", [s, self.const(w.reshape(k, n))])
+            self.add(y, "float32", (*x.shape[:-1], n))
+        elif then == "conv" and axis == 1 and x.rank >= 3:
+            ins = [s, self.const(w.reshape(n, k, *[1] * (x.rank - 2)))]
+            if self.draw(st.booleans()):
+                ins.append(self.const(np.array(self.draw(st.lists(st.sampled_from(FLOAT_VALUES), min_size=n,
+                                                                  max_size=n)), np.float32)))
+            (y,) = self.node("Conv", ins)
+            self.add(y, "float32", (x.shape[0], n, *x.shape[2:]))
+        else:
+            self.add(s, "float32", x.shape)
+        return True
+
     def step_range(self) -> bool:
         x = self.pick(lambda t: t.rank >= 1, "range like")
         if x is not None and self.draw(st.booleans()):
