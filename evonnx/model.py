@@ -23,6 +23,15 @@ OPSET_MIN = 13
 REVIEWED_OPSET = 26
 DOMAIN = "ai.evonnx"
 
+# Ops whose float result has a zero sign onnxruntime does not define: Min and Max of +0 and -0 give either zero
+# depending on the element's position (Eigen's SIMD packets return one operand, the scalar tail the other, and the
+# broadcast forms the reverse; measured in onnxruntime 1.31 for float and double), and so do ReduceMax and ReduceMin
+# of a row holding both zeros (a row of 5 or more: [-1, +0, -0, -1, -1] gives -0, [-1, -0, +0, -1, -1] gives +0, as
+# the zeros meet in SIMD lanes; the kernels' own lanes differ between their x86-64-v3 and baseline variants). An exact
+# output computed through one of them is compared with +0 == -0; every other exact output bit for bit, zero signs
+# included (1/x, atan2 and copysign downstream tell them apart).
+ZERO_SIGN_UNDEFINED = frozenset({"Min", "Max", "ReduceMax", "ReduceMin"})
+
 
 @functools.cache
 def opset_max() -> int:

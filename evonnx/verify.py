@@ -26,7 +26,7 @@ from evonnx.errors import VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
 from evonnx.isolate import CrashError, doing, isolated, register_library
-from evonnx.model import half_precision_outputs, outputs_untouched_by, overridable
+from evonnx.model import ZERO_SIGN_UNDEFINED, half_precision_outputs, outputs_untouched_by, overridable
 from evonnx.references import as_float64, first_nan_reference
 from evonnx.sizes import MAX_INPUT_ELEMENTS, run_size_plans
 from evonnx.toolchain import cpu_runs_v3
@@ -39,14 +39,6 @@ ATOL_SCALE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
 # Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
 # terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
 MAX_TENSOR_ELEMENTS = 1 << 28
-# Ops whose float result has a zero sign onnxruntime does not define: Min and Max of +0 and -0 give either zero
-# depending on the element's position (Eigen's SIMD packets return one operand, the scalar tail the other, and the
-# broadcast forms the reverse; measured in onnxruntime 1.31 for float and double), and so do ReduceMax and ReduceMin
-# of a row holding both zeros (a row of 5 or more: [-1, +0, -0, -1, -1] gives -0, [-1, -0, +0, -1, -1] gives +0, as
-# the zeros meet in SIMD lanes; the kernels' own lanes differ between their x86-64-v3 and baseline variants). An exact
-# output computed through one of them is compared with +0 == -0; every other exact output bit for bit, zero signs
-# included (1/x, atan2 and copysign downstream tell them apart).
-ZERO_SIGN_UNDEFINED = frozenset({"Min", "Max", "ReduceMax", "ReduceMin"})
 
 
 @dataclass

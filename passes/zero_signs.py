@@ -2,7 +2,7 @@
 
 onnxruntime does not define the sign of a zero that Min, Max, ReduceMax or ReduceMin compute from a tie of +0 and
 -0: it depends on the element's position (Eigen's SIMD packets return one operand, the scalar tail the other;
-`evonnx.verify.ZERO_SIGN_UNDEFINED`). The check compares such zeros as equal. But a divisor made of one turns the
+`evonnx.model.ZERO_SIGN_UNDEFINED`). The check compares such zeros as equal. But a divisor made of one turns the
 sign into the sign of an infinity: Div(t, Slice(Min(c, x))) gave +inf in evonnx's kernel and -inf in
 onnxruntime's, at the two elements where the Min met +0 and -0 (fuzz case 359, seed 978007), and the check
 refused the model. Such a node is left to onnxruntime, so that every later node, fused or not, divides by
@@ -18,8 +18,8 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from evonnx import expr as E
+from evonnx.model import ZERO_SIGN_UNDEFINED
 from evonnx.passes.analyze import Analysis, subgraph_reads
-from evonnx.verify import ZERO_SIGN_UNDEFINED
 
 # nodes whose outputs never carry an input's zero sign
 _KILLS = frozenset({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
