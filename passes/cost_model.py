@@ -194,7 +194,7 @@ def _softmax_stats(st: NodeStats, g: gs.Graph, an: Analysis, node: gs.Node) -> N
     ops = st.ops[node.name]
     out = node.outputs[0]
     info = an.tensors.get(out.name)
-    axis = next((int(v) for k, v in node.attrs.items() if k == "axis"), -1)
+    axis = int(node.attrs.get("axis", -1))
     row = info.shape[axis].const if info is not None and info.shape and -len(info.shape) <= axis < len(info.shape) \
         else None
     st.ort_rows[node.name] = st.numel.get(out.name, 0.0) / max(row or NOMINAL_SIZE, 1)
