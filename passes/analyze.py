@@ -312,7 +312,7 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
                                             rank_quirk=lz.empty_shape is not None, quirk_shape=lz.empty_shape)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
-    if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or (any(
+    if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or _rank_from_disputed_dim(node, an) or (any(
             (info := an.tensors.get(t.name)) is not None and (info.rank_quirk or _inference_disagrees(t, an) == "rank")
             for t in node.inputs if t.name) and not _fails_on_quirk(node, an)):
         for o in outs:
@@ -421,20 +421,44 @@ def _inference_disagrees(t: gs.Tensor, an: Analysis) -> str | None:
         return None
     if len(t.shape) != len(info.shape):
         return "rank"
-    for d, p in zip(t.shape, info.shape):
-        if isinstance(d, (int, np.integer)) and int(d) >= 0:
-            if p.const is not None and p.const != int(d):
-                return "dims"
-            if p.const is None and any(isinstance(a, (Min, Max)) for a in p.atoms()):
-                # a size that depends on others where inference says a constant: onnxruntime's shape of an empty
-                # reduction, `1 + (1 - min(2*M, 1))` for ReduceMin(x[2, M], [-2], keepdims=1), which is 2 at M = 0
-                # where inference says 1 (fuzz case 3509: a kernel after a ScatterND left to onnxruntime took the
-                # 1 for granted, and its size check failed the Run where the original runs)
-                return "dims"
-        elif isinstance(d, str) and d in an.dim_params and p != sym(d) and all(
-                isinstance(a, Sym) and a.name in an.dim_params for a in p.atoms()):
-            return "dims"
-    return None
+    return "dims" if any(_dim_disagrees(d, p, an) for d, p in zip(t.shape, info.shape)) else None
+
+
+def _dim_disagrees(d: object, p: Poly, an: Analysis) -> bool:
+    """Whether evonnx's size `p` provably differs from inference's `d` (an int, a dim_param name or None)."""
+    if isinstance(d, (int, np.integer)) and int(d) >= 0:
+        if p.const is not None and p.const != int(d):
+            return True
+        # a size that depends on others where inference says a constant: onnxruntime's shape of an empty
+        # reduction, `1 + (1 - min(2*M, 1))` for ReduceMin(x[2, M], [-2], keepdims=1), which is 2 at M = 0
+        # where inference says 1 (fuzz case 3509: a kernel after a ScatterND left to onnxruntime took the
+        # 1 for granted, and its size check failed the Run where the original runs)
+        return p.const is None and any(isinstance(a, (Min, Max)) for a in p.atoms())
+    return isinstance(d, str) and d in an.dim_params and p != sym(d) and all(
+        isinstance(a, Sym) and a.name in an.dim_params for a in p.atoms())
+
+
+# Ops whose output rank is a size of one of their inputs: (input slot, axis). GatherND's is its index tuples'
+# length, the others' their shape or axes vector's.
+_RANK_FROM_DIM = {"GatherND": (1, -1), "Reshape": (1, 0), "Expand": (1, 0), "Unsqueeze": (1, 0),
+                  "Squeeze": (1, 0), "ConstantOfShape": (0, 0)}
+
+
+def _rank_from_disputed_dim(node: gs.Node, an: Analysis) -> bool:
+    """Whether `node`, left to onnxruntime, takes its output rank from an input size that inference got otherwise
+    than evonnx: inference's rank of the output is then unreliable. ArgMin(x[8, N, N], axis=-1, keepdims=1) is
+    [8, N, 0] at N = 0 in onnxruntime (lower_reduce._empty_quirk), so a GatherND of it as indices has index tuples
+    of 0 elements there and returns rank 5 where inference says 4 (fuzz case 1819: a kernel after it failed the
+    Run where the original runs)."""
+    at = _RANK_FROM_DIM.get(node.op) if node.domain in (None, "", "ai.onnx") else None
+    if at is None or len(node.inputs) <= at[0] or not node.inputs[at[0]].name:
+        return False
+    t = node.inputs[at[0]]
+    info = an.tensors.get(t.name)
+    if info is None or info.shape is None or t.shape is None or len(t.shape) != len(info.shape) or \
+            not -len(info.shape) <= at[1] < len(info.shape):
+        return False
+    return _dim_disagrees(t.shape[at[1]], info.shape[at[1]], an)
 
 
 _SHAPE_OPS = ("Shape", "Size")

@@ -429,6 +429,17 @@ def quirk_shape_downstream() -> Regression:
                       note="a kernel after onnxruntime's empty reduction")
 
 
+def quirk_rank_through_gather_nd() -> Regression:
+    # ArgMin(x[8, N, N], axis=-1, keepdims=1) is [8, N, 0] at N = 0 in onnxruntime, not [8, N, 1]; as GatherND's
+    # indices it makes index tuples of no element and a result of rank 5 where inference says 4, and the kernel
+    # after the GatherND must not take rank 4 for granted (fuzz case 1819)
+    nodes = [node("Abs", ["x"], ["a"]), node("ArgMin", ["a"], ["i"], axis=-1, keepdims=1),
+             node("GatherND", ["a", "i"], ["g"]), node("Neg", ["g"], ["n"]), node("Max", ["n", "n"], ["y"])]
+    model = make_model(nodes, [("x", F, [8, "N", "N"])], [("y", F, 4)], {})
+    return Regression(model, sizes("N", [0, 1, 2]), require_kernel=False,
+                      note="a GatherND whose rank follows onnxruntime's empty ArgMin")
+
+
 def reduce_of_expanded_scalar() -> Regression:
     # a kernel whose only input is a scalar, reducing it expanded to Shape(x[N, 1, N]): N sizes only the reduction's
     # loop, and x must be bound for it (an optimize traceback, fuzz case 286)
@@ -507,6 +518,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     out["empty-reduction/rank-downstream"] = rank_quirk_downstream
     out["empty-reduction/static-axis-keepdims0"] = empty_reduction_static_axis
     out["empty-reduction/shape-downstream"] = quirk_shape_downstream
+    out["empty-reduction/gather-nd-rank"] = quirk_rank_through_gather_nd
     out["reduction-extent/expanded-scalar"] = reduce_of_expanded_scalar
     out["plan-time-value/failing-node-read-through-shape"] = failing_node_read_through_shape
     out["plan-time-value/checked-kernel-read-through-shape"] = checked_kernel_read_through_shape
