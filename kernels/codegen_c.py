@@ -163,12 +163,12 @@ class _Kernel:
                           + ")" for oi, o, pi, piece, _, _ in members)
         note = parts + "; loops " + " ".join(f"{cvars[v]}<{v.extent}" for v in looped) + (
             f", {unrolled} unrolled" if unrolled is not None else "") + (
-            f"; blocks of {LANES} boxes" if boxes is not None else "")
+            f"; blocks of {boxes.lanes} boxes" if boxes is not None else "")
         self.tasks.append(template("task.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
             range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,
             body=body, row_body=row_body, advance=advance,
-            jloop=boxes or "        for (int64_t j = j0; j < stop; ++j) {"))
+            jloop=boxes.loop if boxes is not None else "        for (int64_t j = j0; j < stop; ++j) {"))
         total = print_poly(product(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {total}, {cost});")

@@ -394,6 +394,8 @@ def _split_axes(loops: list[Poly], expr: Expr, pos: Poly) -> tuple[list[Poly], E
 
 # the element types the 8 x 8 register transposes move (tiles, box blocks): 4 bytes, bits moved as they are
 FOUR_BYTE_DTYPES = frozenset({"float32", "int32", "uint32"})
+# the 2-byte ones that box blocks move as well (prelude.c's evo_boxes_in2)
+TWO_BYTE_DTYPES = frozenset({"float16", "int16", "uint16"})
 
 
 def unguarded_reductions(exprs: Sequence[Expr]) -> list[Reduce]:
