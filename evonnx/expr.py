@@ -9,8 +9,9 @@ fold transcendental functions (their rounding is the kernel's business).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,10 +22,8 @@ SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 INTS = SIGNED + UNSIGNED
 DTYPES = FLOATS + INTS + ("bool",)  # the element types a kernel computes in
-# float16 is stored, never computed in: a kernel converts it to float32 where it loads it, computes each op in
-# float32 and rounds its result back to float16 (`lower_ops.lower_node`), as onnxruntime's CPU kernels do (for
-# + - * / and sqrt that is the correctly rounded float16 result: float32 has more than 2 * 11 + 2 bits). Only
-# loads, stores, selects, constants and the two conversions see it.
+# float16 is stored, never computed in: a kernel computes each op in float32 and rounds its result to float16
+# (`lower_ops.lower_node`), as onnxruntime's CPU kernels do (for + - * / and sqrt the correctly rounded result).
 HALF = "float16"
 STORED = DTYPES + (HALF,)  # the element types a kernel loads and stores
 
@@ -36,7 +35,7 @@ FROM_ONNX_CODE = {v: k for k, v in ONNX_CODE.items()}
 
 class Expr:
     __slots__ = ()
-    dtype: str
+    dtype: str  # != is object's: the inverse of each node's __eq__
 
 
 class _Shared(Expr):
@@ -81,10 +80,6 @@ class _Shared(Expr):
         object.__setattr__(b, "_same", a)
         return True
 
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Const(Expr):
@@ -108,10 +103,6 @@ class Const(Expr):
         if type(other) is not Const:
             return NotImplemented
         return self._key() == other._key()
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -539,14 +530,13 @@ def substitute(e: Expr, mapping: Mapping[Atom, PolyLike]) -> Expr:
 class Picked(Foreign):
     """A position along an axis of `dim` elements read from a tensor at run time: a Gather's index `value` (an
     int64 expression of loads; a reduction in it, an ArgMax's, is computed in place), counted from the end where
-    negative. onnxruntime's CPU kernels fail the Run on an index outside [-dim, dim); a kernel checks each one where
-    it reads it (`evo_pick` records it in the task's failure flag and gives position 0), so the position is in
-    [0, dim) wherever it is used. The kernel also checks dim >= 1 wherever it reads one (lower_gathers), and
-    computes the Gather's result whole, so that every index is read and checked (`analyze.computed_whole`), as
-    onnxruntime checks every one."""
+    negative. onnxruntime fails the Run on an index outside [-dim, dim); a kernel checks each one where it reads it
+    (`evo_pick` sets the task's failure flag and gives 0) and checks dim >= 1 (lower_gathers), and computes the
+    Gather's result whole, so that every index is read and checked (`analyze.computed_whole`), as onnxruntime does."""
 
     value: Expr
     dim: Poly
+    _text: list[str] = field(default_factory=list, compare=False, repr=False)  # str(), once computed
 
     def children(self) -> tuple[Poly, ...]:
         return (self.dim, *leaf_polys(self.value))
@@ -558,7 +548,18 @@ class Picked(Foreign):
         return picked(substitute(self.value, mapping), subs(self.dim, mapping, memo))
 
     def __str__(self) -> str:
-        return f"pick({self.value}, {self.dim})"
+        """In full where `value` is a few nodes; else the digest of its nodes, each printed once with its
+        children by number: its text in full grows with its paths, exponentially in a DAG (the atoms' sort key,
+        fuzz case 1654: a MemoryError)."""
+        if not self._text:
+            nodes = walk(self.value)
+            num = {x: k for k, x in enumerate(nodes)}
+            text = "; ".join(f"{x.op} {x.dtype} {x.attr} {[num[c] for c in children(x)]}" if isinstance(x, Op)
+                             else f"{x.op} {x.dtype} {x.attr} {x.var} {num[x.body]}" if isinstance(x, Reduce)
+                             else str(x) for x in nodes)
+            short = str(self.value) if len(nodes) <= 8 else "#" + hashlib.sha1(text.encode()).hexdigest()[:16]
+            self._text.append(f"pick({short}, {self.dim})")
+        return self._text[0]
 
 
 def leaf_polys(e: Expr) -> list[Poly]:
