@@ -397,12 +397,20 @@ def compare(ref: np.ndarray, got: np.ndarray, exact: bool | str) -> str | None:
             f"onnxruntime {ref[first]!r}")
 
 
+# onnxruntime's messages where an allocation fails
+_OUT_OF_MEMORY = ("BFCArena::AllocateRawInternal", "Failed to allocate memory", "bad_alloc")
+
+
 def _second_look(case: Case, runs: list[dict], work: Path, env: Mapping[str, str]) -> list[dict]:
     """Reference runs for the differences the first comparison found that onnxruntime itself can explain:
     - `noreuse/k`: the original with buffer re-use off, where onnxruntime failed with `REUSE_ERROR`;
     - `cutref/k`: for inexact cases with decision nodes, the original with each decision node fed evonnx's value
       of its float inputs (from the model optimized with those tensors as extra outputs), made only where
-      evonnx's values are within the float tolerance of onnxruntime's.
+      evonnx's values are within the float tolerance of onnxruntime's;
+    - `alone/k`: the optimized run again, alone in a child of its own, where onnxruntime failed to allocate memory
+      in it (`_OUT_OF_MEMORY`): the first child ran the original's sessions before it under the same cap on its
+      address space, and their arenas keep what they took (fuzz case 2291: a Gather left to onnxruntime, 1 GB at
+      M = 4099, failed in the optimized model's session only).
     Returns the runs done (their outputs under `work`/second)."""
     by_label = {r["label"]: r for r in runs}
     second = work / "second"
@@ -414,6 +422,14 @@ def _second_look(case: Case, runs: list[dict], work: Path, env: Mapping[str, str
             if err and REUSE_ERROR in err:
                 k = label.split("/")[1]
                 extra.append({**run, "label": f"noreuse/{k}", "out": str(second / f"noreuse{k}"), "reuse": False})
+    for label, run in by_label.items():
+        _, err = _load(run["out"]) if label.startswith("optimized/") else (None, None)
+        if err and any(m in err for m in _OUT_OF_MEMORY):
+            k = label.split("/")[1]
+            alone = {**run, "label": f"alone/{k}", "out": str(second / f"alone{k}")}
+            (second / f"alone{k}").mkdir(exist_ok=True)
+            _run_spec([alone], second / f"alone{k}", env)
+            extra.append(alone)
     cuts = [] if case.exact else decision_cuts(case.model)
     if cuts:
         original = [r for r in runs if r["label"].startswith("original/")]
@@ -546,6 +562,10 @@ def judge_runs(exact: Sequence[bool | str], runs: list[dict], rc: int | None, er
             continue  # the original did not run (onnxruntime died)
         if got is None and got_err is None:
             continue  # the optimized run never completed: reported above
+        if got is None and f"alone/{k}" in by_label:  # out of memory after the original's sessions (_second_look)
+            got, got_err = _load(by_label[f"alone/{k}"]["out"])
+            outcome.note += f" at {plan} the optimized model ran out of memory after onnxruntime's own sessions, and " \
+                            f"was run again alone"
         original_run = by_label[f"original/{k}"]
         if not _same_outcome(ref, ref_err, got, exact):
             # onnxruntime's graph optimizations change what some models do at edge sizes (e.g. a Reshape that

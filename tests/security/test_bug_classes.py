@@ -222,6 +222,18 @@ def test_second_look_references_excuse_only_what_they_reproduce(tmp_path: Path) 
     assert _judge(tmp_path, {"original/0": "Fail: another error", "optimized/0": [evo], "noreuse/0": [evo]})
 
 
+def test_out_of_memory_after_the_original_is_run_again_alone(tmp_path: Path) -> None:
+    """Fuzz case 2291: the child runs the original's sessions first under its address cap, their arenas keep what
+    they took, and the optimized model's session can then fail to allocate. The run is judged by its repeat in a
+    child of its own (`alone/k`, _second_look); without one, or where the repeat fails too, it is a finding."""
+    oom = "Fail: [ONNXRuntimeError] : 1 : FAIL : bfc_arena.cc:360 void* onnxruntime::BFCArena::AllocateRawInternal"
+    ort = np.array([1.0, 2.0], np.float32)
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": oom, "alone/0": [ort]}) == []
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": oom, "alone/0": [ort + 1]})
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": oom, "alone/0": oom})
+    assert _judge(tmp_path, {"original/0": [ort], "optimized/0": oom})
+
+
 # -- the oracle itself ------------------------------------------------------------------------------------------
 def test_oracle_asks_again_with_the_worker_when_onnxruntime_crashes(tmp_path: Path) -> None:
     """The optimize child runs without evonnx's worker process (one Python start-up less per case). onnxruntime
