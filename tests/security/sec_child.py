@@ -20,6 +20,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -112,6 +113,15 @@ def _fresh(arr, malloc: bool):  # noqa: ANN001, ANN202
     return out
 
 
+def _own_tmp() -> None:
+    """Temporary files under the job's folder (`tmp` in the working directory), which the oracle removes with the
+    case: a job killed at its timeout (SIGKILL) cannot remove its evonnx-build-* folder itself."""
+    tmp = os.path.join(os.getcwd(), "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = None  # computed again from TMPDIR
+
+
 def _limit_memory() -> None:
     limit = os.environ.get("EVONNX_SEC_MEMORY_LIMIT")
     if limit:
@@ -144,6 +154,7 @@ def serve() -> int:
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.chdir(job["cwd"])
+                _own_tmp()
                 _limit_memory()
                 mode, *args = job["argv"]
                 rc = optimize(*args) if mode == "optimize" else run(*args)
@@ -153,14 +164,19 @@ def serve() -> int:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(rc)
-        deadline = time.monotonic() + float(job["timeout"])
+        # time the job ran, not wall time: a step of more than 0.1 s between two looks is the fuzz paused
+        # (SIGSTOP to its process group, this server included), not the job, and a job killed for it on resume
+        # was a false timeout (and left its build folder behind)
+        ran, last = 0.0, time.monotonic()
         status: int | None = None
         while True:
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
                 status = st
                 break
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            ran, last = ran + min(now - last, 0.1), now
+            if ran > float(job["timeout"]):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 break
@@ -175,5 +191,6 @@ if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "serve":
         sys.exit(serve())
+    _own_tmp()
     _limit_memory()
     sys.exit(optimize(*args) if mode == "optimize" else run(*args))
