@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_graphsurgeon as gs
 
-from evonnx.errors import InvalidModelError, UsageError, VariantError, VerificationError
+from evonnx.errors import InvalidModelError, OutputMismatch, UsageError, VariantError, VerificationError
+from evonnx.excuses import decided_on_inexact
 from evonnx.guard import GUARD_STAGES, guard_suspects, profiled_slower, time_against_original
 from evonnx.index import Poly, Sym
 from evonnx.inputs import load_user_inputs
@@ -163,6 +164,17 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 # goes back to onnxruntime too
                 result, out_model, checked = _build(request, leave, check and not last, nms=not last)
             except VerificationError as e:
+                decided, moved = set(), e.output if isinstance(e, OutputMismatch) else None
+                if moved:
+                    decided = decided_on_inexact(original, moved) - set(leave)
+                if decided and tied is None:
+                    # an output differs through a decision on inexact values (excuses.decided_on_inexact): the
+                    # nodes computing its operands go to onnxruntime, so that it decides on its own bits
+                    leave.update({n: f"left to onnxruntime: a decision on its value moved output '{moved}' at "
+                                     f"the check ({str(e)[:160]})" for n in decided})
+                    log.info("check: %s; leaving %d nodes that a decision on inexact values reads to onnxruntime",
+                             e, len(decided))
+                    continue
                 if tied is not None and guarded is not None:  # the tried plan failed the check: the tie stands
                     result, out_model, checked = tied.restore(staged, guarded, f"it failed the check: {str(e)[:120]}")
                     break

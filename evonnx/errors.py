@@ -44,6 +44,14 @@ class VerificationError(EvonnxError):
     """The optimized model does not reproduce onnxruntime's outputs on the original model."""
 
 
+class OutputMismatch(VerificationError):
+    """An output's values differ from onnxruntime's beyond what the check excuses; `output` names it."""
+
+    def __init__(self, message: str, output: str | None = None) -> None:
+        super().__init__(message)
+        self.output = output
+
+
 class VariantError(VerificationError):
     """Only the x86-64-v3 variant of the CPU kernels differs from onnxruntime; the baseline variant matches on every
     run. That is a compiler bug in the v3 build (gcc 12.2, as Debian 12 ships it, drops the permutation of

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from evonnx.errors import VariantError, VerificationError
+from evonnx.errors import OutputMismatch, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
 from evonnx.isolate import CrashError, doing, isolated, register_library
@@ -197,8 +197,8 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
         if not same.all():
             bad = np.argwhere(~same)
             first = tuple(int(x) for x in bad[0]) if bad.size else ()
-            raise VerificationError(f"output '{name}' must match exactly but differs at {len(bad)} positions, "
-                                    f"first {list(first)}: optimized {got[first]!r}, original {ref[first]!r}")
+            raise OutputMismatch(f"output '{name}' must match exactly but differs at {len(bad)} positions, "
+                                 f"first {list(first)}: optimized {got[first]!r}, original {ref[first]!r}", name)
         return
     key = tolerance if tolerance is not None and ref.dtype.kind == "f" else str(ref.dtype)
     finite = np.isfinite(ref)
@@ -211,9 +211,9 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
     if not ok.all():
         bad = np.argwhere(~ok)
         first = tuple(int(x) for x in bad[0])
-        raise VerificationError(f"output '{name}' differs beyond tolerance (rtol {rtol}, atol {atol:.3g}) at "
-                                f"{len(bad)} positions, first {list(first)}: optimized {got[first]!r}, "
-                                f"original {ref[first]!r}")
+        raise OutputMismatch(f"output '{name}' differs beyond tolerance (rtol {rtol}, atol {atol:.3g}) at "
+                             f"{len(bad)} positions, first {list(first)}: optimized {got[first]!r}, "
+                             f"original {ref[first]!r}", name)
     finite &= np.isfinite(got)  # an overflow to infinity accepted above is no relative error
     with np.errstate(all="ignore"):
         rel = np.abs(got[finite].astype(np.float64) - ref[finite]) / np.maximum(np.abs(ref[finite]), 1e-30)

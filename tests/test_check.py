@@ -656,3 +656,47 @@ def test_float_outputs_of_float16_arithmetic_are_onnxruntimes_to_float16_roundin
                                 ([6e4], [np.inf], "float16")):
         with pytest.raises(VerificationError):
             compare(ref, bad, tolerance)
+
+
+def _decided_through_scatter(tmp_path: Path, first: str = "Exp") -> Path:
+    """y = Neg(GatherElements(w, Mod(Cast(w), 4))) of w = ScatterND(Exp(x), ...): the Cast of an exp above 2^24
+    moves by an integer with its last bit, and the GatherElements then picks another element (fuzz case 1220)."""
+    nodes = [helper.make_node(first, ["x"], ["e"], name="exp"),
+             helper.make_node("Slice", ["e", "s0", "s3", "ax0"], ["sl"], name="slice"),
+             helper.make_node("Neg", ["sl"], ["ng"], name="neg0"),
+             helper.make_node("ScatterND", ["e", "idx", "ng"], ["w"], name="scatter"),
+             helper.make_node("Cast", ["w"], ["c"], to=I64, name="cast"),
+             helper.make_node("Mod", ["c", "four"], ["i"], name="mod"),
+             helper.make_node("GatherElements", ["w", "i"], ["g"], axis=2, name="gather"),
+             helper.make_node("Neg", ["g"], ["y"], name="neg")]
+    inits = {"four": np.array(4, np.int64), "s0": np.array([0], np.int64), "s3": np.array([3], np.int64),
+             "ax0": np.array([0], np.int64), "idx": np.array([[3], [2], [1]], np.int64)}
+    return _save(tmp_path, nodes, [_vi("x", F, ["N", "N", 4])], [_vi("y", F, ["N", "N", 4])], inits)
+
+
+def test_decided_on_inexact_names_the_operands_of_decisions_on_inexact_values(tmp_path: Path) -> None:
+    from evonnx.excuses import decided_on_inexact
+
+    model = onnx.load(_decided_through_scatter(tmp_path))
+    assert decided_on_inexact(model, "y") == {"exp", "slice", "neg0", "scatter"}
+    # the same graph of exact ops only: nothing to leave, a difference there is evonnx's own
+    assert decided_on_inexact(onnx.load(_decided_through_scatter(tmp_path, "Abs")), "y") == set()
+
+
+def test_a_decision_on_inexact_values_that_moves_an_output_goes_back_to_onnxruntime(tmp_path: Path) -> None:
+    """Fuzz case 1220: the check refused the model (an error for the user) where an output differed through such a
+    decision. The nodes computing the decision's operands are left to onnxruntime and the plan is checked again:
+    the rest still fuses, and the result matches onnxruntime's bit for bit, its decisions taken on its own bits."""
+    import onnxruntime as ort
+
+    src = _decided_through_scatter(tmp_path)
+    dump = tmp_path / "dump"
+    res = evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False, dump_dir=dump)
+    plan = (dump / "plan.txt").read_text()
+    for name in ("exp", "slice", "neg0", "scatter"):
+        assert f"{name} (" in plan and "a decision on its value moved output 'y'" in plan, plan
+    assert res.kernels, "the Cast, Mod, GatherElements and Neg still fuse"
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    x = (np.random.default_rng(5).standard_normal((64, 64, 4)) * 30).astype(np.float32)
+    np.testing.assert_array_equal(opt.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
