@@ -288,19 +288,87 @@ def oversized_kernels(specs: Sequence[KernelSpec]) -> list[str]:
     return [s.name for s in specs if any(p.weight() > MAX_INDEX_WEIGHT for p in _kernel_polys(s))]
 
 
-def ill_conditioned_kernels(specs: Sequence[KernelSpec]) -> list[str]:
-    """The kernels with a Mod of an inexact value (exp, a float sum, ...). The remainder is exact, but
-    its operand's last bit against onnxruntime's can move it by up to the divisor: fmod(exp(x), x) at x = 25 is a
-    remainder of 7.2e10, whose last bit is 4096 (fuzz seed 8, case000172). Such a kernel is left to onnxruntime,
-    so that the remainder is taken of onnxruntime's own value. The same for a kernel that gathers at indices
-    computed from an inexact value (`_inexact_index`)."""
-    out = []
-    for s in specs:
-        if any(isinstance(x, Op) and x.op == "mod" and not all(is_exact(a) for a in x.args)
-               for o in s.outputs for x in walk(o.expr)) or any(_inexact_index(x) for o in s.outputs
-                                                                for x in walk(o.expr)):
-            out.append(s.name)
+def _picks(x: Expr) -> list[Picked]:
+    """The positions `x` reads at that are picked at run time (a Gather's indices), nested ones included."""
+    if not isinstance(x, Load | TableLoad | IndexVal):
+        return []
+    p = x.poly if isinstance(x, IndexVal) else x.index
+    return [a for a in p.atoms() if isinstance(a, Picked)]
+
+
+def _slots(e: Expr) -> set[int]:
+    """The input slots `e` reads, at run-time positions included (the loads of a Gather's index)."""
+    out: set[int] = set()
+    for x in walk(e):
+        if isinstance(x, Load):
+            out.add(x.slot)
+        for a in _picks(x):
+            out |= {y.slot for y in walk(a.value) if isinstance(y, Load)}
     return out
+
+
+Origins = dict[str, frozenset[str]]
+
+# outputs of onnxruntime's nodes that carry no inexact value on: sizes, and TopK's indices, whose choices the check
+# replays in the original (excuses.near_ties), everything after them then computed from the same indices
+_CLEAN_OUTPUTS = {"Shape": (0,), "Size": (0,), "TopK": (1,)}
+
+
+def inexact_origins(g: gs.Graph, specs: Sequence[KernelSpec]) -> Origins:
+    """For each tensor, the kernels whose own inexact arithmetic (an exp, a float sum, ...) its value depends on,
+    through other kernels and onnxruntime's nodes alike: a kernel that reads another's output as a plain load
+    computes exactly from a value that is not onnxruntime's (fuzz case 1220: a Mod in one kernel of an exp in
+    another). Graph inputs and constants have none."""
+    fused = {n for s in specs for n in s.source_nodes}
+    made: dict[str, tuple[frozenset[str], list[str]]] = {}  # tensor -> (own origins, tensors it is computed from)
+    for s in specs:
+        for o in s.outputs:
+            made[o.name] = (frozenset() if is_exact(o.expr) else frozenset({s.name}),
+                            [s.inputs[k].name for k in sorted(_slots(o.expr))])
+    for n in g.nodes:
+        if n.name in fused:
+            continue
+        reads = [t.name for t in n.inputs if t.name]
+        for k, t in enumerate(n.outputs):
+            made.setdefault(t.name, (frozenset(), [] if k in _CLEAN_OUTPUTS.get(n.op, ()) else reads))
+    out: Origins = {}
+    for root in made:  # iterative post-order: chains may be thousands of tensors deep
+        stack = [(root, False)]
+        while stack:
+            name, ready = stack.pop()
+            if name in out:
+                continue
+            own, reads = made.get(name, (frozenset(), []))
+            if not ready:
+                stack.append((name, True))
+                stack += [(r, False) for r in reads if r not in out and r in made]
+                continue
+            out[name] = own.union(*(out.get(r, frozenset()) for r in reads))
+    return out
+
+
+def _inexact_in(s: KernelSpec, e: Expr, origins: Origins) -> frozenset[str]:
+    """The kernels to leave so that `e`, computed in kernel `s`, is onnxruntime's value: `s` where its own
+    arithmetic in `e` is inexact, and the kernels whose inexact values it reads."""
+    own = frozenset() if is_exact(e) else frozenset({s.name})
+    return own.union(*(origins.get(s.inputs[k].name, frozenset()) for k in _slots(e)))
+
+
+def ill_conditioned_kernels(specs: Sequence[KernelSpec], origins: Origins) -> list[str]:
+    """The kernels to leave so that no Mod takes an inexact value (exp, a float sum, ...: `_inexact_in`, across
+    kernels too). The remainder is exact, but its operand's last bit against onnxruntime's can move it by up to
+    the divisor: fmod(exp(x), x) at x = 25 is a remainder of 7.2e10, whose last bit is 4096 (fuzz seed 8,
+    case000172). Such kernels are left to onnxruntime, so that the remainder is taken of onnxruntime's own value.
+    The same for a position picked at run time from an inexact value (a Gather's indices: fuzz case 1261)."""
+    out: set[str] = set()
+    for s in specs:
+        for o in s.outputs:
+            for x in walk(o.expr):
+                if isinstance(x, Op) and x.op == "mod":
+                    out.update(*(_inexact_in(s, a, origins) for a in x.args))
+                for a in _picks(x):
+                    out |= _inexact_in(s, a.value, origins)
+    return sorted(out)
 
 
 # the inputs onnxruntime's nodes read as positions, counts or shapes, beyond the ones a kernel reads at plan time
@@ -310,30 +378,22 @@ _POSITIONS = {**{op: k for op, k in VALUE_INPUTS.items() if op not in ("Shape", 
               "NonMaxSuppression": (2,), "RoiAlign": (2,), "Scatter": (1,)}
 
 
-def inexact_position_kernels(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
-    """The kernels with an integer or bool output computed from an inexact value (a Cast of an Exp) that a node
-    left to onnxruntime reads as positions, a count or a shape: the output's last bit against onnxruntime's may
-    flip at a rounding threshold, which the check excuses in the output itself, but not in the other elements
-    that onnxruntime then picks (fuzz case 1261, seed 970000: a GatherElements at such indices). Such a kernel is
-    left to onnxruntime. An integer Mod of such a value is left by `ill_conditioned_kernels`."""
-    inexact = {o.name: s.name for s in specs for o in s.outputs
-               if (o.dtype in INTS or o.dtype == "bool") and not is_exact(o.expr)}
-    out: list[str] = []
+def inexact_position_kernels(g: gs.Graph, specs: Sequence[KernelSpec], origins: Origins) -> list[str]:
+    """The kernels to leave so that no integer or bool kernel output computed from an inexact value (a Cast of an
+    Exp, here or in a kernel it reads) is read by a node left to onnxruntime as positions, a count or a shape:
+    the output's last bit against onnxruntime's may flip at a rounding threshold, which the check excuses in the
+    output itself, but not in the other elements that onnxruntime then picks (fuzz case 1261, seed 970000: a
+    GatherElements at such indices). An integer Mod of such a value is left by `ill_conditioned_kernels`."""
+    made = {o.name: (s, o) for s in specs for o in s.outputs if o.dtype in INTS or o.dtype == "bool"}
+    out: set[str] = set()
     for n in g.nodes:
+        if n.domain not in (None, "", "ai.onnx"):
+            continue
         for k in _POSITIONS.get(n.op, ()):
-            kernel = inexact.get(n.inputs[k].name) if k < len(n.inputs) else None
-            if kernel is not None and kernel not in out and n.domain in (None, "", "ai.onnx"):
-                out.append(kernel)
-    return out
-
-
-def _inexact_index(x: Expr) -> bool:
-    """`x` reads at a position picked at run time from an inexact value (a Cast of an Exp): its last bit against
-    onnxruntime's picks another element (fuzz case 1261, seed 970000)."""
-    if not isinstance(x, Load | TableLoad | IndexVal):
-        return False
-    p = x.poly if isinstance(x, IndexVal) else x.index
-    return any(isinstance(a, Picked) and not is_exact(a.value) for a in p.atoms())
+            if k < len(n.inputs) and n.inputs[k].name in made:
+                s, o = made[n.inputs[k].name]
+                out |= _inexact_in(s, o.expr, origins)
+    return sorted(out)
 
 
 def without_groups(plan: FusionPlan, g: gs.Graph, names: Sequence[str], reason: str) -> FusionPlan:

@@ -21,13 +21,39 @@ def _model(first: str) -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _across_model(first: str) -> object:
+    """x -> `first` -> Neg (a kernel) -> Softsign (onnxruntime) -> Mod(., x) -> Sub (another kernel)."""
+    nodes = [helper.make_node(first, ["x"], ["t"], name="a"),
+             helper.make_node("Neg", ["t"], ["u"], name="a2"),
+             helper.make_node("Softsign", ["u"], ["v"], name="ort"),
+             helper.make_node("Mod", ["v", "x"], ["m"], fmod=1, name="b"),
+             helper.make_node("Sub", ["m", "x"], ["y"], name="c")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+                              value_info=[helper.make_tensor_value_info("v", TensorProto.FLOAT, ["N", 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(("first", "exp_fused"), [("Exp", False), ("Abs", True)])
+def test_a_mod_of_an_inexact_value_from_another_kernel_leaves_that_kernel(first: str, exp_fused: bool) -> None:
+    """The Mod's kernel reads the exp's as onnxruntime's Softsign passes it on: a plain load, exact in the Mod's own
+    kernel, but the value is not onnxruntime's (fuzz case 1220). The exp's kernel is left to onnxruntime; the Mod
+    still fuses, now of onnxruntime's own value."""
+    result = run_pipeline(_across_model(first), planner="greedy")
+    assert any("Mod" in s.source_ops for s in result.specs), result.plan.rejected
+    assert any(first in s.source_ops for s in result.specs) is exp_fused
+    if not exp_fused:
+        assert any(r.node == "a" and "(here or read by another kernel)" in r.reason for r in result.plan.rejected)
+
+
 @pytest.mark.parametrize(("first", "fused"), [("Exp", False), ("Neg", True)])
 def test_a_float_mod_of_an_inexact_value_is_left_to_onnxruntime(first: str, fused: bool) -> None:
     result = run_pipeline(_model(first), planner="greedy")
     mods = [s for s in result.specs if "Mod" in s.source_ops]
     assert bool(mods) is fused
     if not fused:
-        assert any(r.op == "Mod" and "a Mod of an inexact value" in r.reason for r in result.plan.rejected)
+        assert any(r.op == "Mod" and "a Mod or a run-time position takes a value it computes inexactly" in r.reason
+                   for r in result.plan.rejected)
 
 
 def _indices_model(first: str, mod: bool) -> object:
@@ -56,5 +82,28 @@ def test_integers_from_an_inexact_value_read_as_positions_stay_with_onnxruntime(
     casts = [s for s in result.specs if "Cast" in s.source_ops]
     assert bool(casts) is fused
     if not fused:
-        why = "a Mod of an inexact value" if mod else "an integer it computes from an inexact value picks positions"
+        why = "a Mod or a run-time position takes a value it computes inexactly" if mod \
+            else "an integer computed from a value it computes inexactly (here or read by another kernel) picks"
         assert any(r.op == first and why in r.reason for r in result.plan.rejected)
+
+
+def test_topk_indices_of_an_inexact_value_do_not_leave_its_kernel() -> None:
+    """A TopK's indices carry no inexact value on: the check replays its choices in the original (near ties), and
+    a Mod of the indices is exact given them. DETR-style post-processing takes the class and query of each top
+    score so: Sigmoid -> TopK -> Mod/Div of the indices, and keeps both kernels."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="a"),
+             helper.make_node("Neg", ["s"], ["u"], name="a2"),
+             helper.make_node("TopK", ["u", "k"], ["v", "i"], axis=1, name="ort"),
+             helper.make_node("Mod", ["i", "three"], ["m"], name="b"),
+             helper.make_node("Add", ["m", "three"], ["y"], name="c")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["N", 4]),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, ["N", 4])],
+        initializer=[helper.make_tensor("k", TensorProto.INT64, [1], [4]),
+                     helper.make_tensor("three", TensorProto.INT64, [], [3])],
+        value_info=[helper.make_tensor_value_info("i", TensorProto.INT64, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    result = run_pipeline(model, planner="greedy")
+    fused = {op for s in result.specs for op in s.source_ops}
+    assert {"Sigmoid", "Mod"} <= fused, result.plan.rejected
