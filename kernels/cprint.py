@@ -79,7 +79,18 @@ class Hoist:
 
     def __init__(self) -> None:
         self.text: dict[Atom, str] = {}  # each size atom printed: its text or its local's name
+        self.consts: dict[tuple[str, str], str] = {}  # (literal, dtype) -> its opaque local (`opaque`)
         self.lines: list[str] = []
+
+    def opaque(self, literal: str, dtype: str) -> str:
+        """A local holding the float constant `literal` through evo_opaque_* (prelude.c), declared once: the
+        bound of a Clip, Min or Max. gcc 12 folds a comparison with a select of constants into mask arithmetic, a
+        vectorised clamp of 9 instructions instead of vmaxps and vminps (delta2bbox: 1.23x faster)."""
+        known = self.consts.get((literal, dtype))
+        if known is None:
+            known = self.consts[(literal, dtype)] = f"zf{len(self.lines)}"
+            self.lines.append(f"    const {CTYPE[dtype]} {known} = evo_opaque_{SUFFIX[dtype]}({literal});")
+        return known
 
     def place(self, source: str) -> str:
         """`source` with each HOISTED marker line replaced by the declarations."""
@@ -494,6 +505,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     if op == "pow":
         return f"{'powf' if src == 'float32' else 'pow'}({a[0]}, {a[1]})"
     if op in ("min", "max", "nmin", "nmax"):
+        if names.hoist is not None and src in ("float32", "float64"):
+            a = [names.hoist.opaque(t, src) if isinstance(x, Const) else t for x, t in zip(e.args, a, strict=True)]
         return f"evo_{op}_{s}({a[0]}, {a[1]})"
     if op in ("eq", "lt", "le", "gt", "ge"):
         return f"({a[0]} {({'eq': '==', 'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>='})[op]} {a[1]})"

@@ -259,6 +259,18 @@ static inline int64_t evo_fmod(int64_t a, int64_t b) {
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* A float constant the compiler cannot see (cprint.Hoist.opaque: a Clip's bounds, declared before the loops). gcc 12
+ * folds a comparison of a select with constants, min(max(x, lo), hi) < hi into (x < lo ? lo < hi : x < hi), and
+ * then vectorises the clamp as three compares and their masks and blends (9 instructions); with bounds it cannot
+ * see it keeps each ?: whole and emits vmaxps/vminps, whose operand order gives exactly `a < b ? b : a` (NaN and
+ * zero signs included). The value is unchanged. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+static inline float evo_opaque_f32(float c) { __asm__("" : "+x"(c)); return c; }
+static inline double evo_opaque_f64(double c) { __asm__("" : "+x"(c)); return c; }
+#else
+static inline float evo_opaque_f32(float c) { return c; }
+static inline double evo_opaque_f64(double c) { return c; }
+#endif
 static inline int64_t evo_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t evo_imax(int64_t a, int64_t b) { return a < b ? b : a; }
 
