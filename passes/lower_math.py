@@ -139,8 +139,12 @@ def _clip(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Laz
     for b in (lo, hi):
         if b is not None and b.shape != ():
             raise Reject("Clip bounds must be scalars")
-    return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(x.fn(idx), lo.fn(()) if lo else None,
-                                                         hi.fn(()) if hi else None), uniform=x.uniform)]
+    # a bound not given is the type's lowest or largest value (the spec, and onnxruntime's kernel): for floats, a
+    # finite one, so that Clip(+inf) without a maximum is FLT_MAX, not +inf
+    edge = float(np.finfo(E.np_dtype(x.dtype)).max) if x.dtype in (*E.FLOATS, E.HALF) else None
+    low = lo.fn(()) if lo else None if edge is None else E.const(-edge, x.dtype)
+    high = hi.fn(()) if hi else None if edge is None else E.const(edge, x.dtype)
+    return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(x.fn(idx), low, high), uniform=x.uniform)]
 
 
 def _cast(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:

@@ -92,6 +92,13 @@ def _in_float32(op: str, d: OpDef, attrs: dict[str, object], args: Sequence[Lazy
         raise Reject(f"{op} on float16")
     wide = [_converted(a, "float32") if a is not None and a.dtype == E.HALF and k not in d.value_inputs else a
             for k, a in enumerate(args)]
+    if op == "Clip" and args[0] is not None and args[0].dtype == E.HALF:
+        # a bound not given is float16's largest finite value (onnxruntime: Clip(+inf) without a maximum is 65504),
+        # not float32's, which the clip in float32 would take
+        edges = [_constant(-65504.0), _constant(65504.0)]
+        wide = [wide[0], *(b if k + 1 < len(wide) and (b := wide[k + 1]) is not None else c
+                           for k, c in enumerate(edges))]
+        vals = [*vals, *[None] * (3 - len(vals))]
     outs = lower_node(op, attrs, wide, vals, n_out)
     if op == "Cast" or args[0] is None or args[0].dtype != E.HALF:
         return outs  # a Cast's result has the type it names
@@ -107,6 +114,12 @@ def _in_float32(op: str, d: OpDef, attrs: dict[str, object], args: Sequence[Lazy
 # Ops exact in float32 whose float16 kernels in onnxruntime compute otherwise (the semantics table): their float16
 # results are compared within the float16 tolerance, not bit for bit (`expr.is_exact`)
 _HALF_APPROX = frozenset({"HardSwish", "HardSigmoid"})
+
+
+def _constant(value: float) -> Lazy:
+    """A float32 scalar."""
+    c = E.const(value, "float32")
+    return Lazy("float32", (), lambda idx: c)
 
 
 def _converted(x: Lazy, dtype: str, approx: bool = False) -> Lazy:
