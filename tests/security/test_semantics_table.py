@@ -214,12 +214,17 @@ def _where_clip(dt: str) -> tuple[onnx.ModelProto, bool] | None:
         bounds = [(v[3], v[-3]), (v[2], v[3]), (v[0], v[1])]  # ordinary, lo = hi, lo > hi or extremes
         if dt.startswith("float"):
             bounds += [(np.nan, 1.0), (-1.0, np.nan), (np.inf, -np.inf)]  # NaN bounds are ignored
+        # a bound not given is the type's lowest or largest value: Clip(+inf) without a maximum is FLT_MAX
+        bounds += [(None, v[-3]), (v[3], None), (None, None)]
         for k, (lo, hi) in enumerate(bounds):
-            inits[f"lo{k}"], inits[f"hi{k}"] = np.array(lo, dt), np.array(hi, dt)
-            if not _runs([node("Clip", ["x0", "lo", "hi"], ["r"])], [("x0", DT[dt], [2])], [("r", DT[dt], 1)],
-                         {"lo": inits[f"lo{k}"], "hi": inits[f"hi{k}"]}):
+            given = {"lo": lo, "hi": hi}
+            arrays = {b: np.array(x, dt) for b, x in given.items() if x is not None}
+            if not _runs([node("Clip", ["x0", *(b if b in arrays else "" for b in given)], ["r"])],
+                         [("x0", DT[dt], [2])], [("r", DT[dt], 1)], arrays):
                 break
-            nodes += _wrapped(f"clip{k}", ["x0"], lambda i, r, k=k: node("Clip", [*i, f"lo{k}", f"hi{k}"], [r]))
+            inits.update({f"{b}{k}": a for b, a in arrays.items()})
+            names = [f"{b}{k}" if b in arrays else "" for b in given]
+            nodes += _wrapped(f"clip{k}", ["x0"], lambda i, r, names=names: node("Clip", [*i, *names], [r]))
             outs.append((f"r_clip{k}", DT[dt], 2))
     if not outs:
         return None
