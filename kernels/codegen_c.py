@@ -278,7 +278,7 @@ class _Kernel:
                 + f"; reductions for {LANES} lanes of {lane_name}<{lane.extent} at once")
         def lane_loop(text: str, indent: str) -> list[str]:
             lines = with_binding(f"{indent}    {bind}", [text]) if text.strip() else []
-            return [f"{indent}for (int64_t ll = 0; ll < ln; ++ll) {{", *lines, f"{indent}}}"]
+            return [f"{indent}for (int64_t ll = skip; ll < ln; ++ll) {{", *lines, f"{indent}}}"]
 
         unit: list[str] = []
         if on_inner:  # what does not depend on j, once per block; then the block's reductions and elements

@@ -19,8 +19,17 @@ $unravel
             /* a whole block: every lane loop has the constant trip count 8, one vector each, with no loop
              * overhead (each reduction step of a block is one such loop) */
             const int64_t ln = 8;
+            const int64_t skip = 0;
+$unit
+        } else if (lext >= 8) {
+            /* the last block, short: moved back to end at lext, so that it runs as a whole one; its first lanes
+             * belong to the block before, which stores them (the lanes' loops that store start at skip) */
+            const int64_t skip = 8 - ln;
+            const int64_t l0 = lext - 8;
+            const int64_t ln = 8;
 $unit
         } else {
+            const int64_t skip = 0;
 $unit
         }
     }

@@ -2,7 +2,8 @@
 reduced axis but contiguously along a loop of the element (RetinaNet's max over 80 classes 6400 floats apart, a
 softmax over channels), the kernel runs the reduction's loop outside and a vectorised loop over 8 adjacent
 elements inside, one accumulator per lane (`schedule.lane_axis`, `cprint.lane_reduce`). Every reduction kind must
-keep onnxruntime's result: NaN at element 0 and later, ties, -inf, blocks cut at the edge, empty axes, the lane
+keep onnxruntime's result: NaN at element 0 and later, ties, -inf, blocks cut at the edge (a short last block runs
+as a whole one moved back to end at the edge, storing only its own lanes), empty axes, the lane
 loop inner or outer, reductions nested in reductions, and per-row reductions feeding every element of a row."""
 
 from __future__ import annotations
