@@ -537,7 +537,11 @@ def temporaries(roots: Sequence[tuple[Poly, Expr]], inner: Var | None) -> list[t
         # a long chain (a = a*c + d, a thousand times) is cut into statements every _MAX_DEPTH operations: the
         # source stays readable and gcc's time stays linear in its length
         depth[x] = 0 if x in uses and uses[x] > 1 else 1 + max((depth[a] for a in children(x)), default=0)
-        if x not in uses or not isinstance(x, (Op, Load, TableLoad, Reduce)):
+        # a run-time position (a Gather's index, a Keep's checked one) is worth a temporary too: its index may hold
+        # a whole reduction (an ArgMin over the tensor), which per element made a kernel quadratic (fuzz case 628:
+        # a Keep re-checked a row-invariant pick in every element, 2^37 reads at the check's large size)
+        picks = isinstance(x, IndexVal) and any(isinstance(a, Picked) for a in x.poly.atoms())
+        if x not in uses or not (isinstance(x, (Op, Load, TableLoad, Reduce)) or picks):
             continue
         invariant = inner is not None and inner not in free_vars(x, fv)
         if uses[x] > 1 or invariant or (depth[x] >= _MAX_DEPTH and isinstance(x, Op)):
