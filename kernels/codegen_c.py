@@ -276,9 +276,10 @@ class _Kernel:
         note = (parts + "; rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
                 + ("" if on_inner else f", j<{jv.extent}") + (f", {unrolled} unrolled" if unrolled is not None else "")
                 + f"; reductions for {LANES} lanes of {lane_name}<{lane.extent} at once")
-        def lane_loop(text: str, indent: str) -> list[str]:
+        def lane_loop(text: str, indent: str, start: str = "skip") -> list[str]:
+            """A loop over the block's lanes: from `skip` where it stores (task_lanes.c), from 0 for row arrays."""
             lines = with_binding(f"{indent}    {bind}", [text]) if text.strip() else []
-            return [f"{indent}for (int64_t ll = skip; ll < ln; ++ll) {{", *lines, f"{indent}}}"]
+            return [f"{indent}for (int64_t ll = {start}; ll < ln; ++ll) {{", *lines, f"{indent}}}"]
 
         unit: list[str] = []
         if on_inner:  # what does not depend on j, once per block; then the block's reductions and elements
@@ -286,7 +287,7 @@ class _Kernel:
         else:
             unit += ["        " + ln for ln in row_lanes]
             if decls:
-                unit += ["        " + d for d in decls] + lane_loop(_indented(row_body, "    "), "        ")
+                unit += ["        " + d for d in decls] + lane_loop(_indented(row_body, "    "), "        ", "0")
             unit += ["        for (int64_t j = 0; j < ext; ++j) {", *("            " + ln for ln in lanes),
                      *lane_loop(_indented(body, "    "), "            "), "        }"]
         self.tasks.append(template("task_lanes.c").substitute(
