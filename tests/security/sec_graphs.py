@@ -1,6 +1,7 @@
 """Hypothesis strategies for small ONNX graphs made of the ops evonnx fuses, with adversarial text and sizes.
 
 `cases(canary)` draws a `Case`: a model of 2 to 8 op steps (Add/Sub/Mul/Div/Min/Max/Neg/Abs/Exp/Sigmoid/Where/
+the activations of `FLOAT_ACTIVATIONS` (Clip, Pow, LeakyRelu, HardSigmoid, Tanh, ... with their attributes)/
 Cast/compare, Slice with negative and huge bounds and steps, Gather with constant (negative, scalar) indices,
 Transpose, Reshape with 0/-1, Unsqueeze/Squeeze, Concat, Expand, ScatterND with constant indices, ReduceSum/Max,
 Range, Shape) over float32/float16/int64/int32 inputs with symbolic and static dims (0, 1, large), int64/int32
@@ -41,6 +42,11 @@ from sec_cases import (
 )
 from sec_payloads import PLAIN_ODD, TEMPLATES, Canary, file_name_templates, payload
 from sec_steps import ViewSteps
+
+# float elementwise ops beyond the common ones, each run by onnxruntime's CPU EP in float32 and float16 at
+# opsets 13 to 20 (measured on 1.31)
+FLOAT_ACTIVATIONS = ("Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Relu", "Sign", "Log", "Tanh", "Erf", "Sin",
+                     "Cos", "IsNaN", "Softplus", "LeakyRelu", "HardSigmoid", "Clip", "Pow")
 
 
 # -- names ------------------------------------------------------------------------------------------------------
@@ -150,23 +156,44 @@ class Builder(ViewSteps):
         return t.rank <= 4
 
     # op steps: each returns False when the pool has nothing it applies to
-    def step_unary(self) -> bool:
-        x = self.pick(lambda t: True, "unary x")
+    def step_activation(self) -> bool:
+        return self.pick(lambda t: t.dtype in ("float32", "float16"), "activation x") is not None and \
+            self.step_unary(activation=True)
+
+    def step_unary(self, activation: bool = False) -> bool:
+        x = self.pick(lambda t: not activation or t.dtype in ("float32", "float16"), "unary x")
         assert x is not None
-        if x.dtype == "bool":
+        if activation:
+            op = "Activation"
+        elif x.dtype == "bool":
             op = self.draw(st.sampled_from(["Not", "Cast"]))
         elif x.dtype in ("float32", "float16"):
-            op = self.draw(st.sampled_from(["Neg", "Abs", "Exp", "Sigmoid", "Cast"]
+            op = self.draw(st.sampled_from(["Neg", "Abs", "Exp", "Sigmoid", "Cast", "Activation", "Activation"]
                                            + (["HardSwish"] if self.opset >= 14 else [])))
         else:
-            op = self.draw(st.sampled_from(["Neg", "Abs", "Cast"]))
+            op = self.draw(st.sampled_from(["Neg", "Abs", "Cast", "Sign", "Clip"]))
+        if op == "Activation":  # the rest of the elementwise ops evonnx lowers (passes/lower_math.py)
+            op = self.draw(st.sampled_from(FLOAT_ACTIVATIONS))
         if op == "Cast":
             to = self.draw(st.sampled_from(["float32", "int64", "int32", "float16"]))
             (y,) = self.node("Cast", [x.name], to=DTYPES[to])
             self.add(y, to, x.shape)
             return True
-        (y,) = self.node(op, [x.name])
-        self.add(y, x.dtype, x.shape)
+        ins, attrs = [x.name], {}
+        if op == "Clip":  # scalar bounds, either or both missing, lower above upper allowed
+            ins += [self.const(self.values(x.dtype, [])) if self.draw(st.booleans()) else "" for _ in range(2)]
+            while ins and ins[-1] == "":
+                ins.pop()
+        elif op == "Pow":  # the exponents onnxruntime special-cases and some it does not
+            ins.append(self.const(np.array(self.draw(st.sampled_from([1.0, 2.0, 3.0, 0.5, -1.0, 0.0, 2.5])),
+                                           dtype=self.draw(st.sampled_from([x.dtype, "float32"])))))
+        elif op == "LeakyRelu" and self.draw(st.booleans()):
+            attrs["alpha"] = self.draw(st.sampled_from([0.1, -2.0, 1.0 / 3.0]))
+        elif op == "HardSigmoid" and self.draw(st.booleans()):
+            attrs = {"alpha": self.draw(st.sampled_from([0.2, 1.0 / 6.0, -1.0])),
+                     "beta": self.draw(st.sampled_from([0.5, 0.0, 3.0]))}
+        (y,) = self.node(op, ins, **attrs)
+        self.add(y, "bool" if op == "IsNaN" else x.dtype, x.shape)
         return True
 
     def partner(self, x: Tensor, *, nonzero: bool = False) -> tuple[str, tuple[Dim, ...]]:
@@ -252,9 +279,9 @@ class Builder(ViewSteps):
         self.add(y, x.dtype, shape)
         return True
 
-STEPS = ("unary", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather", "gather",
-         "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce", "range",
-         "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax")
+STEPS = ("unary", "activation", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather",
+         "gather", "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce",
+         "range", "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax")
 
 
 @st.composite
