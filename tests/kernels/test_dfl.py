@@ -19,8 +19,8 @@ from onnx import TensorProto, helper
 
 import evonnx
 from evonnx.expr import Const, Load, Op, Reduce, unary
-from evonnx.index import Poly, var
-from evonnx.kernels.cprint import lane_groups
+from evonnx.index import Poly, sym, var
+from evonnx.kernels.cprint import SHORT_SUM, _sum_type, lane_groups
 from evonnx.passes.lower_reduce import weights_bounded
 
 pytestmark = pytest.mark.compiler
@@ -143,6 +143,22 @@ def test_lane_groups_share_one_loop_only_between_independent_reductions_of_one_e
     assert lane_groups([m, total, dot, short]) == [[m], [total, dot], [short]]
     # a reduction reading one of the group is computed after it
     assert lane_groups([m, total, nested]) == [[m], [total], [nested]]
+
+
+def test_float_sums_accumulate_in_float_only_over_short_constant_axes() -> None:
+    """A softmax row of 16 bins sums in float (as onnxruntime's); a long or run-time axis sums in double, whose one
+    rounding keeps evonnx's error below onnxruntime's own (`cprint._sum_type`)."""
+    def total(extent: Poly, dtype: str = "float32") -> Reduce:
+        v = var("_s", extent)
+        return Reduce("sum", v, Load(0, v, dtype), dtype)
+
+    assert _sum_type(total(Poly.of(16)), "float") == "float"
+    assert _sum_type(total(Poly.of(SHORT_SUM)), "float") == "float"
+    assert _sum_type(total(Poly.of(SHORT_SUM + 1)), "float") == "double"
+    assert _sum_type(total(sym("N")), "float") == "double"
+    assert _sum_type(total(Poly.of(16), "float64"), "double") == "double"
+    prod = Reduce("prod", var("_p", Poly.of(4096)), Load(0, var("_p", Poly.of(4096)), "float32"), "float32")
+    assert _sum_type(prod, "float") == "float"
 
 
 def _ultralytics_dfl(tmp_path: Path, weights: np.ndarray, bias: np.ndarray | None = None) -> Path:
