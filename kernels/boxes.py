@@ -32,7 +32,7 @@ _SIZE = {**{d: "" for d in FOUR_BYTE_DTYPES}, **{d: "2" for d in TWO_BYTE_DTYPES
 WIDE_LANES = 2 * LANES
 
 class BoxBlock(NamedTuple):
-    loop: str  # the head of the task's inner loop, blocks first (task.c's `$jloop`)
+    loop: str  # the head of the task's inner loop, blocks first (before the body in task.c's `$loop`)
     lanes: int  # boxes per block
 
 
@@ -42,10 +42,10 @@ PrintBody = Callable[[list[str], dict[Expr, str]], str]
 
 def box_block(roots: Sequence[tuple[Poly, Expr]], targets: Sequence[tuple[int, str]], jv: Var | None,
               unrolled: Poly | None, names: Names, print_body: PrintBody) -> BoxBlock | None:
-    """The head of a plain task's inner loop (task.c's `$jloop`) that first runs blocks of LANES values of `jv`
-    (C name j) as the lanes of a vector, or None where the task is not one of boxes. A task of boxes unrolls BOX
-    elements of 4 or 2 bytes that it stores contiguously, BOX apart along j (an [N, 4] output), and computes
-    something costly: each block computes its LANES boxes column by column into arrays
+    """The head of a plain task's inner loop (task.c's `$loop`, before the body) that first runs blocks of LANES
+    values of `jv` (C name j) as the lanes of a vector, or None where the task is not one of boxes. A task of boxes
+    unrolls BOX elements of 4 or 2 bytes that it stores contiguously, BOX apart along j (an [N, 4] output), and
+    computes something costly: each block computes its LANES boxes column by column into arrays
     `evo_bout<k>[BOX][LANES]`, which `evo_boxes_out` stores as rows. The reads of an input at BOX-apart positions
     along j whose BOX columns the task all reads unconditionally (not under a guarded select, not in a reduction)
     come in the same way, through `evo_boxes_in`: every element those read is one the loop reads anyway. A block of

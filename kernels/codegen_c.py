@@ -37,6 +37,7 @@ from evonnx.index import (
     subs,
 )
 from evonnx.kernels.boxes import box_block
+from evonnx.kernels.carry import JLOOP, plan_carries, render
 from evonnx.kernels.cprint import CTYPE, Hoist, Names, lane_groups, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import (
@@ -155,8 +156,7 @@ class _Kernel:
         row_body, body = _body(roots, targets, names, jv := loop_var(inner) if inner is not None else None)
         boxes = box_block(roots, targets, jv, unrolled, names,
                           lambda outs, seeded: _body(roots, targets, names, jv, outs=outs, seeded=seeded)[1])
-        fname = f"{self.spec.name}_task{len(self.runs)}"
-        rng = len(self.runs)
+        fname, rng = f"{self.spec.name}_task{len(self.runs)}", len(self.runs)
         unravel, advance = _odometer(outer_ext, names)
         looped = [loop_var(lp) for lp in outer + ([inner] if inner is not None else [])]
         parts = "; ".join(f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
@@ -164,11 +164,12 @@ class _Kernel:
         note = parts + "; loops " + " ".join(f"{cvars[v]}<{v.extent}" for v in looped) + (
             f", {unrolled} unrolled" if unrolled is not None else "") + (
             f"; blocks of {boxes.lanes} boxes" if boxes is not None else "")
+        carries = plan_carries(jv, set(cvars), roots) if boxes is None and jv is not None else None
+        loop = (render(carries, names, lambda: _body(roots, targets, names, jv)[1], body) if carries is not None
+                else f"{boxes.loop if boxes is not None else JLOOP}\n{body}\n        }}")
         self.tasks.append(template("task.c").substitute(
-            kernel=self.spec.name, note=encode(note, limit=600), fname=fname,
-            range=rng, bindings=self._bindings(), inner_extent=print_poly(inner_ext, names), unravel=unravel,
-            body=body, row_body=row_body, advance=advance,
-            jloop=boxes.loop if boxes is not None else "        for (int64_t j = j0; j < stop; ++j) {"))
+            kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng, bindings=self._bindings(),
+            inner_extent=print_poly(inner_ext, names), unravel=unravel, loop=loop, row_body=row_body, advance=advance))
         total = print_poly(product(outer_ext + [inner_ext]), names)
         cost = max(1, len(roots)) * max(1, _cost(roots))
         self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {total}, {cost});")

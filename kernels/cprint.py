@@ -50,6 +50,8 @@ class Names:
         self.lane_results: dict[Expr, str] = {}
         # how many guarded Where branches enclose the expression being printed (print_expr)
         self.guarded = 0
+        # divisions kept as running values by a task's inner loop (carry.py): their C names
+        self.carried: dict[Atom, str] = {}
 
     def fresh_loop(self) -> str:
         """A C name for one printed reduction loop, never reused (a reduction printed twice gets two)."""
@@ -113,6 +115,8 @@ def print_poly(p: Poly, names: Names) -> str:
 
 
 def _atom(a: Atom, names: Names) -> str:
+    if names.carried and a in names.carried:
+        return names.carried[a]
     if isinstance(a, Var):
         return names.vars[a]
     if isinstance(a, Sym):

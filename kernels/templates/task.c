@@ -14,9 +14,7 @@ $unravel
     while (f < fend) {
         int64_t stop = j0 + (fend - f) < ext ? j0 + (fend - f) : ext;
 $row_body
-$jloop
-$body
-        }
+$loop
         f += stop - j0;
         j0 = 0;
 $advance
