@@ -281,7 +281,8 @@ class Builder(ViewSteps):
 
 STEPS = ("unary", "activation", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather",
          "gather", "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce",
-         "range", "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax")
+         "range", "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax", "flat_grid",
+         "flat_grid")
 
 
 @st.composite

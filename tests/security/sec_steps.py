@@ -236,6 +236,28 @@ class ViewSteps:
         self.add(y2, x.dtype, lead + shape)
         return True
 
+    def step_flat_grid(self) -> bool:
+        """A per-cell tensor [A, B] transposed, repeated for k anchors per cell and flattened, as mmdet builds its
+        anchors' valid flags: element j reads the cell fdiv(j, k) of the transposed order, a division by the
+        run-time A; then added to another tensor flattened, either of which may be 1 at run time (onnxruntime
+        fails the Run where neither is and the sizes differ): the broadcast keeps the divisions in the loop, where
+        kernels/carry.py carries them."""
+        x = self.pick(lambda t: t.rank == 2 and any(isinstance(d, str) for d in t.shape), "grid x")
+        if x is None:
+            return False
+        (t,) = self.node("Transpose", [x.name], perm=[1, 0])
+        (u,) = self.node("Unsqueeze", [t, self.i64([2])])
+        (e,) = self.node("Expand", [u, self.i64([1, 1, self.draw(st.sampled_from([3, 2, 4, 1]))])])
+        (y,) = self.node("Reshape", [e, self.i64([-1])])
+        flat = self.add(y, x.dtype, [self.fresh_dim()])
+        other = self.pick(lambda t: t.rank >= 1 and t.dtype == x.dtype and t is not flat and t is not x,
+                          "grid partner")
+        if other is not None and self.numeric(x):
+            (o,) = self.node("Reshape", [other.name, self.i64([-1])])
+            (z,) = self.node("Add", [y, o] if self.draw(st.booleans()) else [o, y])
+            self.add(z, x.dtype, [self.fresh_dim()])
+        return True
+
     def step_scatternd(self) -> bool:
         x = self.pick(lambda t: t.rank >= 1 and self.numeric(t) and self.small(t), "scatter x")
         if x is None:
