@@ -13,7 +13,7 @@ from evonnx.expr import HALF, Expr, ValueTable, walk
 from evonnx.index import Sym, Table
 from evonnx.kernels.cprint import CTYPE, print_const
 from evonnx.kernels.ctext import encode
-from evonnx.kernels.schedule import polys, tables_in
+from evonnx.kernels.schedule import deep_walk, polys, tables_in
 from evonnx.records import KernelSpec
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -32,7 +32,7 @@ def half_define(specs: Sequence[KernelSpec]) -> str:
     """`#define EVO_HALF 1` where a kernel loads, stores or converts float16 (the preludes then define evo_half and
     its conversions, an extension of C11 that only such a library needs), else nothing."""
     uses = any(i.dtype == HALF for s in specs for i in s.inputs) or any(
-        x.dtype == HALF for s in specs for o in s.outputs for x in walk(o.expr))
+        x.dtype == HALF for s in specs for o in s.outputs for x in deep_walk(o.expr))
     return "#define EVO_HALF 1" if uses else ""
 
 

@@ -332,6 +332,20 @@ def _nonempty_facts(o: KernelOutput, expr: Expr, pos: Poly) -> dict[Atom, Poly]:
     return found
 
 
+def deep_walk(e: Expr) -> list[Expr]:
+    """Every subexpression of `e` and of the run-time positions its indices read (`Picked` values, at any depth),
+    each once: what a kernel computes for `e`. A float16 Cast inside a GatherND's index computation is one (fuzz
+    case 7719: the prelude left evo_f2h undefined, and the library did not link)."""
+    out: dict[Expr, None] = {}
+    stack = [e]
+    while stack:
+        for x in walk(stack.pop()):
+            if x not in out:
+                out[x] = None
+                stack.extend(a.value for p in polys(x) for a in p.atoms() if isinstance(a, Picked))
+    return list(out)
+
+
 def tables_in(e: Expr) -> Iterator[Table | ValueTable]:
     """The constant tables `e` reads: value tables and index lookup tables (shared by both generators)."""
     for x in walk(e):
