@@ -452,11 +452,26 @@ def print_const(value: float | int | bool, dtype: str) -> str:
     return f"(({CTYPE[dtype]}){v})"
 
 
+def _call_argument(text: str, fn: str) -> str | None:
+    """The argument of `text` where all of it is one call `fn(...)`, else None."""
+    if not (text.startswith(fn + "(") and text.endswith(")")):
+        return None
+    depth = 0
+    for k, ch in enumerate(text[len(fn):]):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and k != len(text) - len(fn) - 1:
+            return None  # the call closes before the end: `fn(a) + g(b)`
+    return text[len(fn) + 1:-1]
+
+
 def _half_cast(e: Op, src: str, a: str) -> str:
     """A conversion to or from float16, the only operation on it besides a select (expr.HALF): from float16 to
-    float32, or to float16 from float32, an integer or a bool (exact in float32 wherever the result is finite)."""
+    float32, or to float16 from float32, an integer or a bool (exact in float32 wherever the result is finite). A
+    value rounded to float16 and read back at once (each float16 operation's result) is evo_round_h."""
     if e.op == "cast" and src == HALF and e.dtype == "float32":
-        return f"evo_h2f({a})"
+        inner = _call_argument(a, "evo_f2h")
+        return f"evo_round_h({inner})" if inner is not None else f"evo_h2f({a})"
     if e.op == "cast" and e.dtype == HALF and src == "float32":
         return f"evo_f2h({a})"
     if e.op == "cast" and e.dtype == HALF and (src in INTS or src == "bool"):

@@ -60,6 +60,7 @@ __device__ __forceinline__ evo_half evo_f2h(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+__device__ __forceinline__ float evo_round_h(float f) { return evo_h2f(evo_f2h(f)); } /* as prelude.c's */
 #endif
 
 #pragma nv_diag_suppress 186 /* "pointless comparison of unsigned integer with zero" in the shared helpers */

@@ -6,6 +6,7 @@ within float16's tolerance. Every op and special value is in the semantics table
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,14 @@ from onnx import helper, numpy_helper
 
 import evonnx
 from evonnx.expr import is_exact
+from evonnx.kernels.printing import helpers, template
 from evonnx.passes import lazy as L
 from evonnx.passes.analyze import analyze
 from evonnx.passes.lazy import Reject
 from evonnx.passes.lower_ops import lower_node
 
 pytestmark = pytest.mark.compiler
+RUNTIME = Path(__file__).resolve().parents[2] / "kernels" / "runtime"
 
 # special float16 values: NaN, +-inf, +-0, the largest finite, the smallest subnormal, 1 and ties
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 65504.0, -65504.0, 6e-08, 1.0, -2.5, 0.333, 1000.0],
@@ -195,3 +198,37 @@ def test_float16_conversions_are_exact_on_every_float16_and_many_floats(tmp_path
         assert same.all(), (isa, every.reshape(-1, 256)[~same][:4])
         assert _same_bits(narrowed, want_h), (isa, floats[~((narrowed.view(np.uint16) == want_h.view(np.uint16))
                                                          | (np.isnan(narrowed) & np.isnan(want_h)))][:4])
+
+
+@pytest.mark.parametrize("arch", ["x86-64", "x86-64-v3"])
+def test_round_h_is_the_conversions_round_trip_on_every_float32(tmp_path: Path, arch: str) -> None:
+    """evo_round_h(x), which a float16 operation's result goes through, against evo_h2f(evo_f2h(x)), bit for bit on
+    all 2^32 float32 patterns, compiled as the kernels are (both variants' instruction sets)."""
+    prelude = template("prelude.c").substitute(model="round_h", helpers=helpers(), half="#define EVO_HALF 1")
+    src = tmp_path / "round_h.c"
+    src.write_text(prelude + """
+#define EVO_N 4096
+int main(void) {
+    static float in[EVO_N];
+    static uint32_t a[EVO_N], b[EVO_N];
+    unsigned long long bad = 0;
+    uint32_t first = 0;
+    for (uint64_t base = 0; base < (UINT64_C(1) << 32); base += EVO_N) {
+        for (int i = 0; i < EVO_N; ++i) in[i] = evo_bits_f32((uint32_t)(base + i));
+        for (int i = 0; i < EVO_N; ++i) a[i] = evo_f32_bits(evo_h2f(evo_f2h(in[i])));
+        for (int i = 0; i < EVO_N; ++i) b[i] = evo_f32_bits(evo_round_h(in[i]));
+        for (int i = 0; i < EVO_N; ++i)
+            if (a[i] != b[i]) { if (!bad) first = (uint32_t)(base + i); ++bad; }
+    }
+    printf("%llu %08x\\n", bad, first);
+    return 0;
+}
+""")
+    exe = tmp_path / "round_h"
+    flags = ["-std=gnu11", "-O3", f"-march={arch}", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+             "-fopenmp-simd", "-Wno-unused-function"]
+    build = subprocess.run(["gcc", *flags, f"-I{RUNTIME}", str(src), "-o", str(exe), "-lm"], capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    bad, first = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert bad == "0", f"{bad} float32 patterns round otherwise, the first {first}"
