@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evonnx.expr import Expr, substitute, walk
-from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, product, subs
+from evonnx.index import Atom, FloorDiv, Foreign, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, product, subs
 from evonnx.kernels.cprint import CTYPE, Names, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
 from evonnx.kernels.printing import (
@@ -146,7 +146,8 @@ class _CudaKernel:
 
 
 def _nested(polys: Sequence[Poly]) -> list[Poly]:
-    """Every distinct polynomial that evaluating `polys` computes, nested ones (inside atoms) included.
+    """Every distinct polynomial that evaluating `polys` computes, nested ones (inside atoms) included, those a
+    run-time position's value reads too (they are computed in the piece's index type as well).
 
     A Var's extent is not computed by the code (the loop coordinate is), so it is not listed; `_mag` still uses it
     to bound the Var."""
@@ -165,6 +166,8 @@ def _nested(polys: Sequence[Poly]) -> list[Poly]:
                     stack.extend((a.a, a.b))
                 elif isinstance(a, Lookup):
                     stack.append(a.index)
+                elif isinstance(a, Foreign):  # a run-time position: its dim and the indices its value reads
+                    stack.extend(a.children())
     return sorted(out, key=str)
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from evonnx.api import _exact_outputs, library_path, optimize
 from evonnx.errors import BuildError
+from evonnx.index import Poly
 from evonnx.kernels import build
 from evonnx.kernels.codegen_c import generate
 from evonnx.kernels.codegen_cuda import _cuda_kernels, generate_cuda, generate_cuda_host
@@ -229,3 +230,16 @@ def test_driver_types_match_cuda_h(ort_headers: Path, tmp_path: Path) -> None:
          f"-I{RUNTIME_SOURCE.parent}", f"-I{ort_headers}", str(RUNTIME_SOURCE)],
         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_cuda_index_width_bounds_the_positions_a_run_time_index_reads() -> None:
+    """A piece's index type (32 or 64 bits) is chosen from every polynomial it computes: those inside a run-time
+    position's value too (a Gather's indices read at 2^31 + j, past what the output's own positions need)."""
+    from evonnx.expr import Load, Picked
+    from evonnx.index import sym, var
+    from evonnx.kernels.codegen_cuda import _nested
+
+    j = var("j", sym("N"))
+    far = j + (1 << 31)
+    pos = Poly.of(Picked(Load(1, far, "int64"), sym("M")))
+    assert far in _nested([pos]), "the run-time index's own read is not bounded"
