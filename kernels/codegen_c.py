@@ -181,7 +181,7 @@ class _Kernel:
         (`tiles.merged_tile_axis`). A task's unit is a row of the other outer loops, a block of JTILE along j, and
         a chunk of EVO_TILE_CHUNK blocks of TILE along w (so a single row still spreads over the pool). It runs
         over its TILE x JTILE blocks of (w, j) in the order of w, computed with w innermost, transposed in
-        registers and stored as TILE rows of JTILE along j, a cache line each (`evo_store16`, around the cache
+        registers and stored as TILE rows of JTILE along j, a cache line each (`EVO_STORE16`, around the cache
         where the output is large): its reads are JTILE streams along w, which the prefetcher follows. Units run
         with the block of j fastest: the blocks of j of one chunk along w are stored one after another, while the
         chunk's output lines are in cache (with j slowest, mmdet RetinaNet's [1, 720, 80, 80] scores wrote each
@@ -213,18 +213,18 @@ class _Kernel:
         note = (f"output {oi} ('{o.name}') piece {pi} [" + ", ".join(f"{lo}:{hi}" for lo, hi in piece.ranges)
                 + "); rows " + " ".join(f"{cvars[loop_var(lp)]}<{loop_var(lp).extent}" for lp in rest)
                 + f"; {TILE}x{JTILE} tiles of w<{wv.extent}, j<{jv.extent}, transposed")
-        indent = "                            "
+        indent, wstride = "                            ", print_poly(pos.coefficient(wv) or Poly.of(1), names)
         loop = {streamed: template("task_tile_loop.c").substitute(
             streamed=streamed, unravel=_indented(unravel, "        "), ctype=CTYPE[o.dtype],
             tile_body=_indented(tile_body, indent[8:]), tile_body8=_indented(tile_body, indent[4:]),
             body=_indented(body, indent[4:]), slot=oi, row_loop=_row_loop(decls, row_body, indent[:20]),
-            wshift=wshift, pos=print_poly(pos, names)).rstrip("\n") for streamed in ("1", "0")}
+            wshift=wshift, pos=print_poly(pos, names), wstride=wstride).rstrip("\n") for streamed in ("1", "0")}
         self.tasks.append(template("task_tile.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,
             bindings=self._bindings(), w_extent=print_poly(outer_ext[w], names),
             inner_extent=print_poly(inner_ext, names), ctype=CTYPE[o.dtype], loop_streamed=loop["1"],
             loop_cached=loop["0"], rows=print_poly(product(rest_ext), names),
-            wstride=print_poly(pos.coefficient(wv) or Poly.of(1), names)))
+            wstride=wstride))
         # a task's unit is one row of the other outer loops, one block of JTILE along j and a chunk of up to
         # EVO_TILE_CHUNK blocks of TILE along w (prelude.c)
         wext, jext = print_poly(outer_ext[w], names), print_poly(inner_ext, names)

@@ -19,7 +19,7 @@ from evonnx.index import Atom, FloorDiv, Foreign, Lookup, Max, Min, Mod, Poly, P
 from evonnx.kernels.schedule import polys
 
 # A block is TILE along w (8 float32: one AVX register per row) by JTILE along j: two 8 x 8 register transposes,
-# whose output rows are 64 bytes, a whole cache line, stored at once (evo_store16: around the cache where the
+# whose output rows are 64 bytes, a whole cache line, stored at once (EVO_STORE16: around the cache where the
 # output is large, so that no line is read for ownership first).
 TILE = 8
 JTILE = 16

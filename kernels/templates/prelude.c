@@ -102,13 +102,16 @@ typedef int32_t evo_v8i __attribute__((vector_size(32)));
 #define EVO_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, (evo_v8i){__VA_ARGS__})
 #endif
 /* always inlined: a task that calls it twice (a 16-wide block) got a call into the baseline copy from its x86-64-v3
- * clone, SSE shuffles in the AVX loop and 40% slower than inlined */
-static inline __attribute__((always_inline)) void evo_transpose8x8(const void *t, void *o) {
-    evo_v8 a[8], b[8], c[8];
-    memcpy(a, t, sizeof a);
-    for (int k = 0; k < 4; ++k) {
-        b[2 * k] = EVO_SHUFFLE8(a[2 * k], a[2 * k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-        b[2 * k + 1] = EVO_SHUFFLE8(a[2 * k], a[2 * k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+ * clone, SSE shuffles in the AVX loop and 40% slower than inlined. The first two rounds, into c; rows 1 and 2 of
+ * each half come out swapped (evo_transpose_row) */
+static inline __attribute__((always_inline)) void evo_transpose_rounds(const void *t, evo_v8 c[8]) {
+    evo_v8 b[8];
+    for (int k = 0; k < 4; ++k) { /* row by row into registers: t copied as a whole went through 16-byte moves */
+        evo_v8 x, y;
+        memcpy(&x, (const char *)t + 2 * k * sizeof x, sizeof x);
+        memcpy(&y, (const char *)t + (2 * k + 1) * sizeof y, sizeof y);
+        b[2 * k] = EVO_SHUFFLE8(x, y, 0, 8, 1, 9, 4, 12, 5, 13);
+        b[2 * k + 1] = EVO_SHUFFLE8(x, y, 2, 10, 3, 11, 6, 14, 7, 15);
     }
     for (int k = 0; k < 2; ++k) {
         for (int l = 0; l < 2; ++l) {
@@ -116,12 +119,27 @@ static inline __attribute__((always_inline)) void evo_transpose8x8(const void *t
             c[4 * k + l + 2] = EVO_SHUFFLE8(b[4 * k + l], b[4 * k + l + 2], 2, 3, 10, 11, 6, 7, 14, 15);
         }
     }
+}
+/* the last round: rows k (lo) and k + 4 (hi) of the transpose are evo_transpose_row(k) of c's k and k + 4 */
+#define EVO_TRANSPOSE_ROW(k) ((k) == 1 ? 2 : (k) == 2 ? 1 : (k))
+#define EVO_TRANSPOSE_LO(c, k) EVO_SHUFFLE8((c)[k], (c)[(k) + 4], 0, 1, 2, 3, 8, 9, 10, 11)
+#define EVO_TRANSPOSE_HI(c, k) EVO_SHUFFLE8((c)[k], (c)[(k) + 4], 4, 5, 6, 7, 12, 13, 14, 15)
+/* Row r of the transpose is stored at o plus r times `stride` elements, each one 8-element store from a register
+ * (evo_transpose8x8: into a block of 8 rows). Stored into a block and copied on to the output rows with memcpy,
+ * gcc 12 read the block back in 16-byte halves of its 32-byte stores, which the store buffer does not forward:
+ * YOLOv5's decode at 640x640 ran 12% slower (benchmarks/ab_builds.py) */
+static inline __attribute__((always_inline)) void evo_transpose8x8_to(const void *t, void *o, int64_t stride) {
+    evo_v8 c[8];
+    evo_transpose_rounds(t, c);
     for (int k = 0; k < 4; ++k) {
-        const int r = k == 1 ? 2 : k == 2 ? 1 : k; /* the rounds above leave rows 1 and 2 of each half swapped */
-        a[r] = EVO_SHUFFLE8(c[k], c[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-        a[r + 4] = EVO_SHUFFLE8(c[k], c[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+        const int r = EVO_TRANSPOSE_ROW(k);
+        const evo_v8 lo = EVO_TRANSPOSE_LO(c, k), hi = EVO_TRANSPOSE_HI(c, k);
+        memcpy((char *)o + (size_t)(r * stride) * sizeof(float), &lo, sizeof lo);
+        memcpy((char *)o + (size_t)((r + 4) * stride) * sizeof(float), &hi, sizeof hi);
     }
-    memcpy(o, a, sizeof a);
+}
+static inline __attribute__((always_inline)) void evo_transpose8x8(const void *t, void *o) {
+    evo_transpose8x8_to(t, o, 8);
 }
 
 /* Boxes: 8 rows of 4 elements of 4 bytes (32 contiguous, as a [N, 4] tensor holds 8 boxes) to and from the 4
@@ -220,8 +238,8 @@ static inline __attribute__((always_inline)) void evo_boxes_out2x16(const void *
 /* Blocks of 8 along w that one unit of a tiled task runs (task_tile.c): 256 floats, 1 KB per row read. */
 #define EVO_TILE_CHUNK 32
 
-/* A tiled task's output row of 16 4-byte elements (two rows of its 8x8 transposes, `a` then `b`), stored at `p`.
- * Where `p` starts a 64-byte cache line, the row is that whole line, stored around the cache
+/* A tiled task's output row of 16 4-byte elements (two rows of its 8x8 transposes, vectors `a` then `b`), stored
+ * at `p` (EVO_STORE16). Where `p` starts a 64-byte cache line, the row is that whole line, stored around the cache
  * with non-temporal stores (SSE's movntps, in both clones of a task): a store that misses the cache otherwise
  * reads the line for ownership first, and a transpose's output rows are stored one line per input row, too far
  * apart for the hardware to see whole lines. mmdet RetinaNet's [1, 720, 80, 80] scores under Sigmoid, 18 MB:
@@ -231,34 +249,53 @@ static inline __attribute__((always_inline)) void evo_boxes_out2x16(const void *
  * EVO_STREAM_BYTES, rows whole lines apart) calls it. Bits only;
  * evo_stream_fence orders the stores before the task returns (they are weakly ordered). */
 #define EVO_STREAM_BYTES (4.0 * 1024 * 1024)
-#if defined(__SSE__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__SSE__) && (defined(__x86_64__) || defined(__i386__)) && (defined(__clang__) || __GNUC__ >= 12)
 #include <xmmintrin.h>
-static inline __attribute__((always_inline)) void evo_store16(void *p, const void *a, const void *b) {
-    if (((uintptr_t)p & 63) == 0) {
-        float *d = (float *)p;
-        _mm_stream_ps(d, _mm_loadu_ps((const float *)a));
-        _mm_stream_ps(d + 4, _mm_loadu_ps((const float *)a + 4));
-        _mm_stream_ps(d + 8, _mm_loadu_ps((const float *)b));
-        _mm_stream_ps(d + 12, _mm_loadu_ps((const float *)b + 4));
-    } else { /* SSE stores as well: with memcpy here, gcc kept the transposed rows on the stack, 1.5x slower */
-        float *d = (float *)p;
-        _mm_storeu_ps(d, _mm_loadu_ps((const float *)a));
-        _mm_storeu_ps(d + 4, _mm_loadu_ps((const float *)a + 4));
-        _mm_storeu_ps(d + 8, _mm_loadu_ps((const float *)b));
-        _mm_storeu_ps(d + 12, _mm_loadu_ps((const float *)b + 4));
-    }
-}
+/* 4 lanes of an 8-lane vector, from lane h; __builtin_shufflevector keeps them in registers (gcc 12 and clang) */
+#define EVO_QUARTER(v, h) ((__m128)__builtin_shufflevector((v), (v), (h), (h) + 1, (h) + 2, (h) + 3))
+/* a macro, not a function of two vectors: gcc notes that passing 32-byte vectors by value changed ABI (-Wpsabi) */
+#define EVO_STORE16(p, a, b)                                                                                      \
+    do {                                                                                                          \
+        float *evo_d = (float *)(p);                                                                              \
+        const evo_v8 evo_a = (a), evo_b = (b);                                                                    \
+        if (((uintptr_t)evo_d & 63) == 0) {                                                                       \
+            _mm_stream_ps(evo_d, EVO_QUARTER(evo_a, 0));                                                          \
+            _mm_stream_ps(evo_d + 4, EVO_QUARTER(evo_a, 4));                                                      \
+            _mm_stream_ps(evo_d + 8, EVO_QUARTER(evo_b, 0));                                                      \
+            _mm_stream_ps(evo_d + 12, EVO_QUARTER(evo_b, 4));                                                     \
+        } else {                                                                                                  \
+            memcpy(evo_d, &evo_a, sizeof evo_a);                                                                  \
+            memcpy(evo_d + 8, &evo_b, sizeof evo_b);                                                              \
+        }                                                                                                         \
+    } while (0)
 static inline void evo_stream_fence(int stream) {
     if (stream)
         _mm_sfence();
 }
 #else
-static inline void evo_store16(void *p, const void *a, const void *b) {
-    memcpy(p, a, 32);
-    memcpy((char *)p + 32, b, 32);
-}
+#define EVO_STORE16(p, a, b)                                                                                      \
+    do {                                                                                                          \
+        char *evo_d = (char *)(p);                                                                                \
+        const evo_v8 evo_a = (a), evo_b = (b);                                                                    \
+        memcpy(evo_d, &evo_a, sizeof evo_a);                                                                      \
+        memcpy(evo_d + sizeof evo_a, &evo_b, sizeof evo_b);                                                       \
+    } while (0)
 static inline void evo_stream_fence(int stream) { (void)stream; }
 #endif
+/* Two 8x8 blocks, t's rows 0-7 and 8-15, transposed side by side: row r of the result, 16 elements, is row r of
+ * the first block's transpose then row r of the second's, stored at o plus r times `stride` elements through
+ * EVO_STORE16, from registers */
+static inline __attribute__((always_inline)) void evo_transpose16x8_to(const void *t, void *o, int64_t stride) {
+    evo_v8 c[8], e[8];
+    evo_transpose_rounds(t, c);
+    evo_transpose_rounds((const char *)t + sizeof c, e);
+    for (int k = 0; k < 4; ++k) {
+        const int r = EVO_TRANSPOSE_ROW(k);
+        EVO_STORE16((char *)o + (size_t)(r * stride) * sizeof(float), EVO_TRANSPOSE_LO(c, k), EVO_TRANSPOSE_LO(e, k));
+        EVO_STORE16((char *)o + (size_t)((r + 4) * stride) * sizeof(float), EVO_TRANSPOSE_HI(c, k),
+                    EVO_TRANSPOSE_HI(e, k));
+    }
+}
 
 /* Work below this many element-operations runs on the calling thread: handing it to the pool costs more. */
 #define EVO_PAR_MIN 32768

@@ -13,7 +13,7 @@ $bindings
     const int64_t jblocks = (ext + 15) / 16;
     const int64_t wchunks = (wblocks + EVO_TILE_CHUNK - 1) / EVO_TILE_CHUNK;
     /* past EVO_STREAM_BYTES of output, and where the output rows along w are whole cache lines apart, the lines are
-     * stored around the cache (evo_store16; a constant where the sizes are). Rows 340 bytes apart (YOLO's 85) start
+     * stored around the cache (EVO_STORE16; a constant where the sizes are). Rows 340 bytes apart (YOLO's 85) start
      * a line once in 16: streamed, they ran 8% slower than cached */
     const int stream = ($wstride) * sizeof(${ctype}) % 64 == 0
                        && (double)($rows) * (double)wext * (double)ext * sizeof(${ctype}) >= EVO_STREAM_BYTES;

@@ -21,7 +21,7 @@ $unravel
                     const int64_t wn = wext - w0 < 8 ? wext - w0 : 8;
 $row_loop
                     if ($streamed && wlo == 0 && wn == 8 && jn == 16) {
-                        $ctype tile[16][8], rows[2][8][8];
+                        $ctype tile[16][8];
                         for (int64_t jj = 0; jj < 16; ++jj) {
                             for (int64_t ww = 0; ww < 8; ++ww) {
                                 const int64_t w = w0 + ww;
@@ -29,19 +29,15 @@ $row_loop
 $tile_body
                             }
                         }
-                        evo_transpose8x8(tile[0], rows[0]);
-                        evo_transpose8x8(tile[8], rows[1]);
-                        for (int64_t ww = 0; ww < 8; ++ww) {
-                            const int64_t w = w0 + ww;
-                            const int64_t j = jb;
-                            evo_store16(&out$slot[$pos], rows[0][ww], rows[1][ww]);
-                        }
+                        const int64_t w = w0;
+                        const int64_t j = jb;
+                        evo_transpose16x8_to(tile, &out$slot[$pos], $wstride);
                         continue;
                     }
                     for (int64_t jb8 = jlo; jb8 < jhi; jb8 += 8) {
                         const int64_t jn8 = jhi - jb8 < 8 ? jhi - jb8 : 8;
                         if (wlo == 0 && wn == 8 && jn8 == 8) {
-                            $ctype tile[8][8], rows[8][8];
+                            $ctype tile[8][8];
                             for (int64_t jj = 0; jj < 8; ++jj) {
                                 for (int64_t ww = 0; ww < 8; ++ww) {
                                     const int64_t w = w0 + ww;
@@ -49,12 +45,9 @@ $tile_body
 $tile_body8
                                 }
                             }
-                            evo_transpose8x8(tile, rows);
-                            for (int64_t ww = 0; ww < 8; ++ww) {
-                                const int64_t w = w0 + ww;
-                                const int64_t j = jb8;
-                                memcpy(&out$slot[$pos], rows[ww], sizeof rows[ww]);
-                            }
+                            const int64_t w = w0;
+                            const int64_t j = jb8;
+                            evo_transpose8x8_to(tile, &out$slot[$pos], $wstride);
                         } else {
                             for (int64_t ww = wlo; ww < wn; ++ww) {
                                 for (int64_t jj = 0; jj < jn8; ++jj) {
