@@ -138,7 +138,6 @@ class Poly:
             object.__setattr__(self, "_hash", h)
         return h
 
-    # -- construction -------------------------------------------------------------------------------------
     @staticmethod
     def of(x: PolyLike) -> Poly:
         if isinstance(x, Poly):
@@ -153,13 +152,12 @@ class Poly:
 
     @staticmethod
     def _from(acc: Mapping[Monomial, int]) -> Poly:
-        if any(len(m) == 1 and isinstance(m[0], Mod) for m, c in acc.items() if c):
+        if any(isinstance(a, Mod) for m, c in acc.items() if c for a in m):
             acc = _recombined(acc)
         items = [(m, c) for m, c in acc.items() if c]
         items.sort(key=lambda mc: (len(mc[0]), tuple(a.sort_key() for a in mc[0])))
         return Poly(tuple(items))
 
-    # -- inspection ---------------------------------------------------------------------------------------
     @property
     def const(self) -> int | None:
         """The value when the polynomial is a constant, else None."""
@@ -209,7 +207,6 @@ class Poly:
                 acc[tuple(rest)] = acc.get(tuple(rest), 0) + c
         return Poly._from(acc)
 
-    # -- arithmetic ---------------------------------------------------------------------------------------
     def __add__(self, other: PolyLike) -> Poly:
         acc = dict(self.terms)
         for m, c in Poly.of(other).terms:
@@ -258,16 +255,19 @@ PolyLike = Poly | int | Atom
 
 
 def _recombined(acc: Mapping[Monomial, int]) -> dict[Monomial, int]:
-    """`acc` with each `c*d*fdiv(x, d) + c*mod(x, d)` put back together as `c*x`: a Reshape [80, 80] -> [6400]
-    read at j is `80*fdiv(j, 80) + mod(j, 80)`, which is j, contiguous for the vectoriser and the lane schedule."""
+    """`acc` with each `c*r*d*fdiv(x, d) + c*r*mod(x, d)` as `c*r*x` (a Reshape [80, 80] -> [6400] read at j: j), d a
+    positive constant times sizes (a symbolic [H, W]): d = 0 only in loops that do not run, unlike a loop index."""
     out = dict(acc)
     for m, c in list(out.items()):
-        md = m[0] if len(m) == 1 and c and m in out else None
-        if isinstance(md, Mod) and (d := md.den.const) is not None and d > 0 and out.get(
-                div := (FloorDiv(md.num, md.den),), 0) == c * d:
+        mods = [a for a in m if isinstance(a, Mod)] if m in out else []
+        if len(mods) != 1 or len(dt := mods[0].den.terms) != 1 or dt[0][1] <= 0:
+            continue
+        md, rest = mods[0], tuple(a for a in m if not isinstance(a, Mod))
+        div = tuple(sorted(rest + dt[0][0] + (FloorDiv(md.num, md.den),), key=Atom.sort_key))
+        if all(isinstance(a, Sym) for a in dt[0][0]) and out.get(div, 0) == c * dt[0][1]:
             del out[m], out[div]
-            for xm, xc in md.num.terms:
-                out[xm] = out.get(xm, 0) + c * xc
+            for xm, xc in md.num.terms:  # the right side first: k is bound before out[k] is stored
+                out[k] = out.get(k := tuple(sorted(rest + xm, key=Atom.sort_key)), 0) + c * xc
     return out
 
 

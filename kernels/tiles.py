@@ -79,7 +79,7 @@ def merged_tile_axis(outer: list[Poly], w: int, expr: Expr, pos: Poly) -> tuple[
         indices = [pos] + [p for x in walk(expr) for p in polys(x)]
         for k, lp in enumerate(outer):
             u = lp.atom()
-            if k == w or not isinstance(u, Var) or wv.extent.const is None or not _linear_in(indices, u, wv):
+            if k == w or not isinstance(u, Var) or not _linear_in(indices, u, wv):
                 continue
             m = var(f"{u.name}{wv.name}", u.extent * wv.extent)
             mv = m.atom()

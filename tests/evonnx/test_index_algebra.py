@@ -250,6 +250,25 @@ def test_index_symbolic_extent_divides_out() -> None:
     assert floordiv(c, N) == Poly()
 
 
+def test_index_recombines_over_symbolic_sizes_but_not_over_loop_indices() -> None:
+    # a Reshape of symbolic [H, W] to [H*W] read back: W*fdiv(m, W) + mod(m, W) is m (a YOLOv5 decode exported
+    # with dynamic sizes: its tiled transposes then run over H*W, not rows of W); not over a loop index, which is
+    # 0 in a loop that runs, where fdiv and mod by 0 are not an identity
+    h, w = sym("H"), sym("W")
+    m = var("m", h * w)
+    assert w * floordiv(m, w) + mod(m, w) == m
+    assert 3 * (h * w) * floordiv(m + 2, h * w) + 3 * mod(m + 2, h * w) == 3 * m + 6
+    assert _opaque(2 * w * floordiv(m, w) + mod(m, w)) == {FloorDiv, Mod}
+    c = sym("C")  # times another size: an NHWC output's row stride C*W
+    assert c * w * floordiv(m, w) + c * mod(m, w) + 1 == c * m + 1
+    k = var("k", 5)
+    assert _opaque(k * floordiv(m, k) + mod(m, k)) == {FloorDiv, Mod}
+    for hv, wv in itertools.product((1, 2, 3), (1, 4, 7)):
+        for mv in range(hv * wv):
+            env = {"H": hv, "W": wv, "m": mv}
+            assert evaluate(floordiv(m, w), env) * wv + evaluate(mod(m, w), env) == mv
+
+
 def test_index_nested_floordiv_merges() -> None:
     x = var("x", 1000)
     assert floordiv(floordiv(x, 4), 3) == floordiv(x, 12)
