@@ -266,8 +266,8 @@ def _recombined(acc: Mapping[Monomial, int]) -> dict[Monomial, int]:
         div = tuple(sorted(rest + dt[0][0] + (FloorDiv(md.num, md.den),), key=Atom.sort_key))
         if all(isinstance(a, Sym) for a in dt[0][0]) and out.get(div, 0) == c * dt[0][1]:
             del out[m], out[div]
-            for xm, xc in md.num.terms:  # the right side first: k is bound before out[k] is stored
-                out[k] = out.get(k := tuple(sorted(rest + xm, key=Atom.sort_key)), 0) + c * xc
+            for k, v in ((tuple(sorted(rest + xm, key=Atom.sort_key)), c * xc) for xm, xc in md.num.terms):
+                out[k] = out.get(k, 0) + v
     return out
 
 
