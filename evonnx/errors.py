@@ -52,6 +52,19 @@ class OutputMismatch(VerificationError):
         self.output = output
 
 
+class KernelFailure(VerificationError):
+    """The optimized model failed in a fused kernel's run-time check of a node's sizes or indices (one that
+    onnxruntime's kernel for that node makes too), where the original ran: onnxruntime's graph optimizations
+    changed the original's behaviour there (fuzz case 10455: a Gather of an empty Range fails without them and
+    returns an empty tensor with them). `kernel` names the Fused node; `nodes` the source nodes of its kernel
+    (`optimize` leaves them to onnxruntime)."""
+
+    def __init__(self, message: str, kernel: str = "") -> None:  # a default: unpickled as cls(message)
+        super().__init__(message)
+        self.kernel = kernel
+        self.nodes: tuple[str, ...] = ()
+
+
 class VariantError(VerificationError):
     """Only the x86-64-v3 variant of the CPU kernels differs from onnxruntime; the baseline variant matches on every
     run. That is a compiler bug in the v3 build (gcc 12.2, as Debian 12 ships it, drops the permutation of

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from evonnx.errors import OutputMismatch, VariantError, VerificationError
+from evonnx.errors import KernelFailure, OutputMismatch, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
 from evonnx.isolate import CrashError, doing, isolated, register_library
@@ -114,6 +115,11 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
         elif regime > 0 and i.name in defaults:
             dims[i.name] = list(init[i.name].dims)
     return synthesize(model, dims, seed, REGIMES[regime])
+
+
+# A Fused node's own check of a node's sizes or indices, one that onnxruntime's kernel for the node makes too
+# (codegen_c's guards): the Fused node's name is evonnx's (evo<n>_<hash>), never a model's
+_KERNEL_CHECK = re.compile(r"Fused node\. Name:'(evo[0-9]+_[0-9a-f]+)'.*\(onnxruntime fails this node too\)", re.S)
 
 
 def _first_line(e: BaseException) -> str:
@@ -520,8 +526,10 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                     doing(f"running the optimized model ({label}{where})")
                     gots = sess.run(None, dict(feeds))
                 except Exception as e:  # noqa: BLE001
-                    raise VerificationError(f"the optimized model fails where the original runs ({label}{where}): "
-                                            f"{_first_line(e)}") from e
+                    message = f"the optimized model fails where the original runs ({label}{where}): {_first_line(e)}"
+                    if (fused := _KERNEL_CHECK.search(str(e))) is not None:
+                        raise KernelFailure(message, fused.group(1)) from e
+                    raise VerificationError(message) from e
                 scratch = CheckResult()
                 compare(feeds, refs, gots, scratch if counted else result, variant)
                 result.max_rel_err = max(result.max_rel_err, scratch.max_rel_err)

@@ -3,6 +3,7 @@ symbol, and a proof that it catches a kernel that mixes up two sizes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -727,3 +728,34 @@ def test_a_decision_on_inexact_values_that_moves_an_output_goes_back_to_onnxrunt
         assert f"{name} (" in plan and "a decision on its value moved output 'y'" in plan, plan
     assert res.kernels, "the Cast, Mod, GatherElements and Neg still fuse"
     _same_as_onnxruntime(src, tmp_path / "m.opt.onnx")
+
+
+def test_a_kernel_failing_where_only_onnxruntimes_graph_optimizations_let_the_original_run_is_left_to_it(
+        tmp_path: Path) -> None:
+    """Fuzz case 10455: Gather(Range(1, m, 1), Range(0, n, 2)) with m = 1, indices [0, 2] into an empty tensor.
+    onnxruntime fails that Gather without its graph optimizations and returns an empty tensor with them; the fused
+    kernel fails as onnxruntime's node does. The check used to refuse the whole model; the kernel's nodes now go
+    to onnxruntime, which serves them as it does, and the rest is checked again."""
+    import onnxruntime as ort
+
+    nodes = [helper.make_node("ArgMax", ["x"], ["a"], axis=0, keepdims=1), helper.make_node("Less", ["a", "a"], ["l"]),
+             helper.make_node("Shape", ["a"], ["sa"]), helper.make_node("Gather", ["sa", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "two"], ["idx"]), helper.make_node("Shape", ["l"], ["sl"]),
+             helper.make_node("Gather", ["sl", "zero"], ["m"], axis=0),
+             helper.make_node("Range", ["one", "m", "one"], ["empty"]),
+             helper.make_node("Gather", ["empty", "idx"], ["y"], axis=0)]
+    src = _save(tmp_path, nodes, [_vi("x", TensorProto.INT32, ["N", "N"])], [_vi("y", I64, ["K"])],
+                {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "two": np.array(2, np.int64)})
+    x = {"x": np.ones((3, 3), np.int32)}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    with pytest.raises(Exception, match="out of data bounds"):  # the node's own semantics
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"]).run(None, x)
+    (want,) = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, x)
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False, report=tmp_path / "r.json")
+    assert result.check is not None and result.check.runs
+    left = [r for r in json.loads((tmp_path / "r.json").read_text())["rejected"]
+            if r["reason"].startswith("left to onnxruntime: the original runs where the node fails without")]
+    assert left, "no node was left to onnxruntime for the kernel's failure"
+    (got,) = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, x)
+    np.testing.assert_array_equal(got, want)
