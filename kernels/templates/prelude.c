@@ -103,7 +103,7 @@ typedef int32_t evo_v8i __attribute__((vector_size(32)));
 #endif
 /* always inlined: a task that calls it twice (a 16-wide block) got a call into the baseline copy from its x86-64-v3
  * clone, SSE shuffles in the AVX loop and 40% slower than inlined. The first two rounds, into c; rows 1 and 2 of
- * each half come out swapped (evo_transpose_row) */
+ * each half come out swapped (EVO_TRANSPOSE_ROW) */
 static inline __attribute__((always_inline)) void evo_transpose_rounds(const void *t, evo_v8 c[8]) {
     evo_v8 b[8];
     for (int k = 0; k < 4; ++k) { /* row by row into registers: t copied as a whole went through 16-byte moves */
@@ -120,14 +120,14 @@ static inline __attribute__((always_inline)) void evo_transpose_rounds(const voi
         }
     }
 }
-/* the last round: rows k (lo) and k + 4 (hi) of the transpose are evo_transpose_row(k) of c's k and k + 4 */
+/* the last round: from c's k and k + 4, rows EVO_TRANSPOSE_ROW(k) (lo) and EVO_TRANSPOSE_ROW(k) + 4 (hi) */
 #define EVO_TRANSPOSE_ROW(k) ((k) == 1 ? 2 : (k) == 2 ? 1 : (k))
 #define EVO_TRANSPOSE_LO(c, k) EVO_SHUFFLE8((c)[k], (c)[(k) + 4], 0, 1, 2, 3, 8, 9, 10, 11)
 #define EVO_TRANSPOSE_HI(c, k) EVO_SHUFFLE8((c)[k], (c)[(k) + 4], 4, 5, 6, 7, 12, 13, 14, 15)
 /* Row r of the transpose is stored at o plus r times `stride` elements, each one 8-element store from a register
- * (evo_transpose8x8: into a block of 8 rows). Stored into a block and copied on to the output rows with memcpy,
- * gcc 12 read the block back in 16-byte halves of its 32-byte stores, which the store buffer does not forward:
- * YOLOv5's decode at 640x640 ran 12% slower (benchmarks/ab_builds.py) */
+ * (the cached loop of a tiled task, task_tile_loop.c). Stored into a block and copied on to the output rows with
+ * memcpy, gcc 12 read the block back in 16-byte halves of its 32-byte stores, which the store buffer does not
+ * forward: YOLOv5's decode at 640x640 ran 12% slower (benchmarks/ab_builds.py) */
 static inline __attribute__((always_inline)) void evo_transpose8x8_to(const void *t, void *o, int64_t stride) {
     evo_v8 c[8];
     evo_transpose_rounds(t, c);
@@ -137,9 +137,6 @@ static inline __attribute__((always_inline)) void evo_transpose8x8_to(const void
         memcpy((char *)o + (size_t)(r * stride) * sizeof(float), &lo, sizeof lo);
         memcpy((char *)o + (size_t)((r + 4) * stride) * sizeof(float), &hi, sizeof hi);
     }
-}
-static inline __attribute__((always_inline)) void evo_transpose8x8(const void *t, void *o) {
-    evo_transpose8x8_to(t, o, 8);
 }
 
 /* Boxes: 8 rows of 4 elements of 4 bytes (32 contiguous, as a [N, 4] tensor holds 8 boxes) to and from the 4

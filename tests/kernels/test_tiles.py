@@ -1,7 +1,8 @@
 """Tiled transposes (issue 12): a task whose inner loop stores contiguously but reads across a stride (NCHW to
 NHWC under Sigmoid, the scores of YOLO and RetinaNet heads) is computed in 8x8 blocks, transposed in registers
-(`evo_transpose8x8`) and stored row by row. Whole blocks, blocks cut at either edge, and loops shorter than one
-block must all give onnxruntime's result, for float32 and for int32 (whose bits the transpose moves as floats)."""
+(`evo_transpose8x8_to`, `evo_transpose16x8_to`) and stored row by row. Whole blocks, blocks cut at either edge,
+and loops shorter than one block must all give onnxruntime's result, for float32 and for int32 (whose bits the
+transpose moves as floats)."""
 
 from __future__ import annotations
 
