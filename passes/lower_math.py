@@ -51,6 +51,8 @@ def _unary(name: str) -> Callable[..., list[Lazy]]:
     def f(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
         x = args[0]
         dtype = "bool" if name in ("not", "isnan") else x.dtype
+        if name in ("sign", "relu"):
+            _int64_order(op, [x], vals[:1])
         return [L.Lazy(dtype, x.shape, lambda idx: E.unary(name, x.fn(idx)), uniform=x.uniform)]
     return f
 
@@ -120,8 +122,9 @@ def _where(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[La
 
 
 def _int64_order(op: str, xs: list[Lazy], vals: Vals) -> None:
-    """onnxruntime 1.31's int64 Min, Max and Clip compare the low 32-bit halves as signed numbers whenever the
-    output has two elements or more: Min(-2, -2**32) is -2 there; one element gets the right answer. So int64
+    """onnxruntime 1.31's int64 Min, Max, Clip, Relu and Sign compare the low 32-bit halves as signed numbers
+    whenever the output has two elements or more: Min(-2, -2**32) is -2 there, Sign(2**31) is -1 at most positions
+    (fuzz seed 4000017) and Relu(2**31) is 0; one element gets the right answer. So int64
     orderings of run-time data stay with onnxruntime unless every input is a single element; sizes known at plan
     time (shape arithmetic) are computed exactly."""
     if xs[0].dtype != "int64" or all(v is not None for v in vals):

@@ -332,6 +332,15 @@ def int64_order(op: str) -> Regression:
     return Regression(model, sizes("N", [1, 4]), note=f"int64 {op} beyond 32 bits")
 
 
+def int64_sign() -> Regression:
+    # onnxruntime 1.31: Sign of an int64 in [2**31, 2**32) is -1 where its SIMD loop reaches the element and 1 in
+    # the scalar tail (fuzz case000762, seed 4000017: Sign(x + 2**32 - 1)); the node stays with it
+    nodes = [node("Neg", ["x"], ["nx"]), node("Add", ["nx", "k"], ["a"]), node("Sign", ["a"], ["m"]),
+             node("Neg", ["m"], ["y"])]
+    model = make_model(nodes, [("x", I64, ["N", 16])], [("y", I64, 2)], {"k": np.array(3 << 30, np.int64)})
+    return Regression(model, sizes("N", [1, 4]), note="int64 Sign between 2**31 and 2**32")
+
+
 def int64_order_scalar() -> Regression:
     # one element: onnxruntime compares correctly, and so the node is fused
     nodes = [node("Neg", ["x"], ["nx"]), node("Min", ["nx", "k"], ["m"]), node("Neg", ["m"], ["y"])]
@@ -528,6 +537,7 @@ def _all() -> dict[str, Callable[[], Regression]]:
     for op in ("Min", "Max", "Clip"):
         out[f"int64-order/{op}"] = lambda o=op: int64_order(o)
     out["int64-order/scalar-Min"] = int64_order_scalar
+    out["int64-order/Sign"] = int64_sign
     for op in ("ReduceMin", "ReduceMax"):
         out[f"int64-order/{op}-all"] = lambda o=op: int64_reduce_order(o, None)
         out[f"int64-order/{op}-rows"] = lambda o=op: int64_reduce_order(o, [1])

@@ -16,6 +16,9 @@ Where onnxruntime departs from the spec or from the obvious formula, evonnx foll
   scalar tail, so that Cast (and float to uint64) stays with onnxruntime;
 - double LogSoftmax of a row holding NaN or +-inf gives lane-dependent values ([1, 2, nan, 3] -> [40.05, 41.05,
   nan, 42.05]), so it stays with onnxruntime; float LogSoftmax gives NaN, as evonnx does;
+- int64 Min, Max, Clip, Relu, Sign, ReduceMin and ReduceMax compare by 32-bit halves, the low one as signed, in
+  onnxruntime's SIMD loops (Sign(2**31) is -1, Relu(2**31) is 0, the scalar tail is right), so of run-time data
+  with more than one element they stay with onnxruntime; the int64 grid has 2**31, -2**31 - 1 and 2**32 + 5;
 - integer Div/Mod by zero fails the Run (test_special_values), so they are not in the exact elementwise family;
 - float16 is computed in float32 and rounded per op (`expr.HALF`), except: float16 Sign(NaN) is 0 (float's is
   NaN); float16 Softplus and ReduceLogSumExp overflow to inf where float32 ones do not (167.4 against inf), so
