@@ -3,10 +3,11 @@
 For each output, the iteration space is split into *pieces* wherever a Concat boundary (a guarded select on one
 loop index) falls, so no select survives inside a loop. A small last axis (<= 8, e.g. the 4 box coordinates) is
 unrolled and its elements share common subexpressions; the axis before it is the inner loop, which reads with
-constant strides that gcc vectorises. The outer axes and the inner loop are flattened into one range that
-`evo_run` splits into tasks on onnxruntime's thread pool. The (output, piece) pairs whose loops are the same share
-one task function, and with it their temporaries: a chain feeding several outputs is computed once per element.
-The pieces, loops and temporaries are worked out by `schedule`, which the CUDA printer shares; this module prints.
+constant strides that gcc vectorises, merged with every outer loop that all its indices take as one with it
+(`tiles.merged_inner`: a Concat of contiguous tensors is one loop). The outer axes and the inner loop are one
+range that `evo_run` splits into tasks on onnxruntime's thread pool. The (output, piece) pairs whose loops are the
+same share one task function, and with it their temporaries: a chain feeding several outputs is computed once per
+element. `schedule` works out the pieces, loops and temporaries (the CUDA printer shares it); this module prints.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from evonnx.kernels.schedule import (
     unguarded_reductions,
 )
 from evonnx.kernels.share import Canon, argmax_from_max
-from evonnx.kernels.tiles import JTILE, TILE, TILE_ITEMSIZE, merged_tile_axis, row_start, tile_axis
+from evonnx.kernels.tiles import JTILE, TILE, TILE_ITEMSIZE, merged_inner, merged_tile_axis, row_start, tile_axis
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
@@ -121,6 +122,9 @@ class _Kernel:
         inner = loops.pop() if loops else None
         inner_ext = exts.pop() if inner is not None else Poly.of(1)
         outer, outer_ext = loops, exts
+        if inner is not None:  # with the loops every index takes as one with it
+            outer, inner, members = merged_inner(outer, inner, members)
+            outer_ext, inner_ext = [lp.atom().extent for lp in outer], inner.atom().extent  # type: ignore[union-attr]
         if unroll is None and inner is not None and len(members) == 1:
             oi, o, pi, piece, expr, pos = members[0]
             w = tile_axis(outer, inner, expr, pos, TILE_ITEMSIZE if o.dtype in FOUR_BYTE_DTYPES else 0)
@@ -302,16 +306,11 @@ class _Kernel:
         self.runs.append(f"    evo_run(a, EVO_PICK(a, {fname}), &c, &c.ranges[{rng}], {units}, {per_unit});")
 
     def _bindings(self) -> str:
-        lines = []
-        for k, i in enumerate(self.spec.inputs):
-            if i.dtype:
-                t = CTYPE[i.dtype]
-                lines.append(f"    const {t} *restrict in{k} = (const {t} *)c->in[{k}];")
-        for k, oo in enumerate(self.spec.outputs):
-            t = CTYPE[oo.dtype]
-            lines.append(f"    {t} *restrict out{k} = ({t} *)c->out[{k}];")
-        for s, n in self.sym_names.items():
-            lines.append(f"    const int64_t {n} = c->sym[{self.syms.index(s)}];")
+        lines = [f"    const {CTYPE[i.dtype]} *restrict in{k} = (const {CTYPE[i.dtype]} *)c->in[{k}];"
+                 for k, i in enumerate(self.spec.inputs) if i.dtype]
+        lines += [f"    {CTYPE[o.dtype]} *restrict out{k} = ({CTYPE[o.dtype]} *)c->out[{k}];"
+                  for k, o in enumerate(self.spec.outputs)]
+        lines += [f"    const int64_t {n} = c->sym[{self.syms.index(s)}];" for s, n in self.sym_names.items()]
         return "\n".join([*lines, Hoist.HOISTED])
 
 

@@ -12,6 +12,7 @@ follows."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from evonnx.errors import InternalError
 from evonnx.expr import Expr, Load, Op, Reduce, TableLoad, substitute, walk
@@ -24,6 +25,7 @@ from evonnx.kernels.schedule import polys
 TILE = 8
 JTILE = 16
 TILE_ITEMSIZE = 4
+M = TypeVar("M", bound=tuple[Any, ...])
 
 
 def tile_axis(outer: Sequence[Poly], inner: Poly, expr: Expr, pos: Poly, itemsize: int) -> int | None:
@@ -69,15 +71,23 @@ def row_start(expr: Expr, w: Var, j: Var) -> tuple[int, Poly]:
 
 
 def merged_tile_axis(outer: list[Poly], w: int, expr: Expr, pos: Poly) -> tuple[list[Poly], int, Expr, Poly]:
-    """`outer` with its loop `w` (`tile_axis`) merged with every other loop u whose every index takes u only as
-    a term whose coefficient is w's times w's (constant) extent: u and w become one loop m = u * extent + w, and
-    each index is rewritten in m (where it took c*W*u + c*w it takes c*m). The order of `outer` is kept, m in w's
-    place; `expr` and `pos` in the new loops."""
+    """`outer` with its loop `w` (`tile_axis`) merged with every loop the layout allows (`merged_loops`)."""
+    outer, w, exprs, poss = merged_loops(outer, w, [expr], [pos])
+    return outer, w, exprs[0], poss[0]
+
+
+def merged_loops(loops: list[Poly], w: int, exprs: list[Expr], poss: list[Poly]
+                 ) -> tuple[list[Poly], int, list[Expr], list[Poly]]:
+    """`loops` with loop `w` merged with every other loop u whose every index (in each of `exprs` and `poss`)
+    takes u only as a term whose coefficient is w's times w's extent: u and w become one loop m = u * extent + w,
+    and each index is rewritten in m (where it took c*W*u + c*w it takes c*m). The order of `loops` is kept, m in
+    w's place; `exprs` and `poss` in the new loops. A plain task's inner loop is merged so (codegen_c._add_task):
+    a Concat of [1, 32, 80, 80] tensors is one loop of 204,800, not rows of 80 each with a loop's entry and exit."""
     while True:
-        wv = outer[w].atom()
+        wv = loops[w].atom()
         assert isinstance(wv, Var)
-        indices = [pos] + [p for x in walk(expr) for p in polys(x)]
-        for k, lp in enumerate(outer):
+        indices = poss + [p for e in exprs for x in walk(e) for p in polys(x)]
+        for k, lp in enumerate(loops):
             u = lp.atom()
             if k == w or not isinstance(u, Var) or not _linear_in(indices, u, wv):
                 continue
@@ -85,14 +95,23 @@ def merged_tile_axis(outer: list[Poly], w: int, expr: Expr, pos: Poly) -> tuple[
             mv = m.atom()
             assert isinstance(mv, Var)
             mapping: dict[Atom, PolyLike] = {u: floordiv(m, wv.extent), wv: mod(m, wv.extent)}
-            new_expr, new_pos = substitute(expr, mapping), subs(pos, mapping)
-            if any(not _top_level(p, mv) for p in [new_pos] + [q for x in walk(new_expr) for q in polys(x)]):
+            new_exprs, new_poss = [substitute(e, mapping) for e in exprs], [subs(p, mapping) for p in poss]
+            if any(not _top_level(p, mv) for p in new_poss + [q for e in new_exprs for x in walk(e) for q in polys(x)]):
                 continue  # not put back together (belt and braces: `_linear_in` said it would be)
-            outer = [m if i == w else q for i, q in enumerate(outer) if i != k]
-            w, expr, pos = outer.index(m), new_expr, new_pos
+            loops = [m if i == w else q for i, q in enumerate(loops) if i != k]
+            w, exprs, poss = loops.index(m), new_exprs, new_poss
             break
         else:
-            return outer, w, expr, pos
+            return loops, w, exprs, poss
+
+
+def merged_inner(outer: list[Poly], inner: Poly, members: list[M]) -> tuple[list[Poly], Poly, list[M]]:
+    """A plain task's loops with its inner loop merged (`merged_loops`); each member is a tuple ending in its
+    expression and its position (codegen_c._add_task)."""
+    loops, _, exprs, poss = merged_loops(outer + [inner], len(outer), [m[-2] for m in members],
+                                         [m[-1] for m in members])
+    merged = [(*m[:-2], e, p) for m, e, p in zip(members, exprs, poss, strict=True)]
+    return loops[:-1], loops[-1], merged  # type: ignore[return-value]
 
 
 def _linear_in(polys: Sequence[Poly], u: Var, w: Var) -> bool:
