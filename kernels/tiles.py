@@ -86,6 +86,8 @@ def merged_loops(loops: list[Poly], w: int, exprs: list[Expr], poss: list[Poly]
     while True:
         wv = loops[w].atom()
         assert isinstance(wv, Var)
+        if wv.extent.const == 0:  # an empty loop (fuzz case 1219's Slice to nothing): nothing to merge, no m / 0
+            return loops, w, exprs, poss
         indices = poss + [p for e in exprs for x in walk(e) for p in polys(x)]
         for k, lp in enumerate(loops):
             u = lp.atom()

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import evonnx
 from evonnx.expr import Load, Op, Reduce
 from evonnx.index import Poly, floordiv, var
-from evonnx.kernels.tiles import merged_tile_axis, tile_axis
+from evonnx.kernels.tiles import merged_inner, merged_tile_axis, tile_axis
 
 pytestmark = pytest.mark.compiler
 
@@ -103,6 +103,22 @@ def test_merged_tile_axis_merges_only_loops_every_index_takes_as_one() -> None:
     # h inside a division: nothing merges
     halved = Op("sigmoid", (Load(0, c * 5120 + floordiv(h, 2) * 128 + w, "float32"),), "float32")
     assert len(merged_tile_axis([h, w], 1, halved, h * 1024 + w * 16 + c)[0]) == 2
+
+
+def test_a_plain_tasks_inner_loop_merges_with_every_loop_all_its_indices_take_as_one() -> None:
+    # a Concat piece of [1, 32, 80, 80] inputs: channel, row and column are one loop of 204,800 for both the read
+    # and the store (codegen_c._add_task, tiles.merged_inner); an empty loop merges nothing (fuzz case 1219)
+    c, h, w = var("c", Poly.of(32)), var("h", Poly.of(80)), var("w", Poly.of(80))
+    read = Load(0, c * 6400 + h * 80 + w, "float32")
+    outer, inner, [(tag, expr, pos)] = merged_inner([c, h], w, [("piece", read, c * 6400 + h * 80 + w + 204800)])
+    assert outer == [] and inner.atom().extent == Poly.of(204800) and tag == "piece"  # type: ignore[union-attr]
+    assert isinstance(expr, Load) and expr.index == inner and pos == inner + 204800
+    # a broadcast along w (the read takes h but not w): nothing merges with w
+    bcast = Load(0, c * 80 + h, "float32")
+    outer, inner, _ = merged_inner([c, h], w, [("piece", bcast, c * 6400 + h * 80 + w)])
+    assert len(outer) == 2 and inner == w
+    empty = var("e", Poly.of(0))
+    assert merged_inner([c], empty, [("piece", read, c * 0 + empty)])[0] == [c]
 
 
 def test_tiles_start_where_the_input_rows_are_aligned_whatever_the_input_offset(tmp_path: Path) -> None:
