@@ -121,6 +121,32 @@ def test_a_plain_tasks_inner_loop_merges_with_every_loop_all_its_indices_take_as
     assert merged_inner([c], empty, [("piece", read, c * 0 + empty)])[0] == [c]
 
 
+@pytest.mark.parametrize("dims", [(1, 32, 80, 80), ("N", 8, "H", "W")])
+def test_a_concat_of_contiguous_tensors_is_one_loop_and_matches_onnxruntime(tmp_path: Path, dims: tuple) -> None:
+    # C2f's Add + Concat: the plain task's inner loop takes in channel and row (tiles.merged_inner), with symbolic
+    # sizes too; compared with onnxruntime on the original at sizes 0 and 1 of every symbolic dim
+    f = TensorProto.FLOAT
+    cat = [dims[0], 3 * dims[1] if isinstance(dims[1], int) else None, *dims[2:]]
+    nodes = [helper.make_node("Add", ["a", "b"], ["r"]), helper.make_node("Concat", ["a", "b", "r"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(x, f, list(dims)) for x in "ab"],
+                              [helper.make_tensor_value_info("y", f, cat)])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    source = (dump / "kernels.c").read_text()
+    # the batch stays a loop of its own where it is symbolic: the Concat's output strides it by 24*H*W, the inputs
+    # by 8*H*W
+    assert ("; loops j<204800 " if isinstance(dims[0], int) else "; loops o0<N j<8*H*W ") in source
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    rng = np.random.default_rng(3)
+    for n, h, w in ([(1, 80, 80)] if isinstance(dims[0], int) else [(2, 5, 7), (0, 3, 4), (1, 1, 1), (1, 0, 9)]):
+        shape = (n, dims[1], h, w)
+        feeds = {x: rng.standard_normal(shape).astype(np.float32) for x in "ab"}
+        np.testing.assert_array_equal(opt.run(None, feeds)[0], ref.run(None, feeds)[0], err_msg=str(shape))
+
+
 def test_tiles_start_where_the_input_rows_are_aligned_whatever_the_input_offset(tmp_path: Path) -> None:
     # blocks along w start where the strided rows are 32-byte aligned (tiles.row_start): an input 4, 8, ... 28
     # bytes into a line cuts the first block of every row short, and the last chunk takes one more block
