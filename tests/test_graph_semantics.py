@@ -136,3 +136,30 @@ def test_tensors_captured_by_subgraphs_stay(kind: str, tmp_path: Path) -> None:
     for f in feeds[kind]:
         for got, want in zip(fused.run(None, f), plain.run(None, f)):
             np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_outputs_without_a_shape_as_graphsurgeon_writes_them(tmp_path: Path) -> None:
+    # onnx-graphsurgeon writes an output whose shape is None as a tensor type with no shape field, and so may a
+    # hand-built graph: onnxruntime runs such a model, the ONNX checker alone requires the field. evonnx takes it
+    # (the checker runs on a copy with an empty shape there), fuses, and matches onnxruntime.
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Tile", ["n", "r"], ["t"]),
+             helper.make_node("Abs", ["t"], ["y"]), helper.make_node("Exp", ["t"], ["z"])]
+    outputs = [helper.make_tensor_value_info(o, F, None) for o in ("y", "z")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["N", 2])], outputs,
+                              [numpy_helper.from_array(np.array([2, 3], np.int64), "r")],
+                              value_info=[helper.make_tensor_value_info("n", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(onnx.checker.ValidationError, match="shape"):
+        onnx.checker.check_model(model)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, str(src))
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx")
+    assert len(result.kernels) == 1
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    plain = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    fused = evonnx.load_session(tmp_path / "m.opt.onnx")
+    for n in (0, 1, 3):
+        x = np.arange(2 * n, dtype=np.float32).reshape(n, 2) - 2.5
+        for got, ref in zip(fused.run(None, {"x": x}), plain.run(None, {"x": x})):
+            np.testing.assert_array_equal(got, ref)
