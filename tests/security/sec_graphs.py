@@ -4,11 +4,12 @@
 the activations of `FLOAT_ACTIVATIONS` (Clip, Pow, LeakyRelu, HardSigmoid, Tanh, ... with their attributes)/
 Cast/compare, Slice with negative and huge bounds and steps, Gather with constant (negative, scalar) indices,
 Transpose, Reshape with 0/-1, Unsqueeze/Squeeze, Concat, Expand, ScatterND with constant indices, ReduceSum/Max,
-Range, Shape) over float32/float16/int64/int32 inputs with symbolic and static dims (0, 1, large), int64/int32
-extremes in constants, plus the sizes each symbolic dim takes at run time (0, 1, 2 and a larger one; pairs of
-symbols also at unequal sizes, one of them 1). With `adversarial`, most names (tensors, nodes, initializers,
-dim_params, graph, doc strings, attribute doc strings, metadata, the output file name) are payloads from
-`sec_payloads`.
+Range, Shape, and `sec_more_steps`' Split/Tile/Flatten/ScatterElements/variadic Sum/Mean/And/Or/Xor/the other
+reductions/LogSoftmax/ConstantOfShape/Size) over float32/float16/int64/int32 inputs with symbolic and static dims
+(0, 1, large), int64/int32 extremes in constants, plus the sizes each symbolic dim takes at run time (0, 1, 2
+and a larger one; pairs of symbols also at unequal sizes, one of them 1). With `adversarial`, most names (tensors,
+nodes, initializers, dim_params, graph, doc strings, attribute doc strings, metadata, the output file name) are
+payloads from `sec_payloads`.
 
 Shapes are tracked symbolically while building (a dim is an int, a symbol, or an opaque token for a size only
 known at run time) so that most graphs run; those that do not at some size are still cases: then onnxruntime's
@@ -40,6 +41,7 @@ from sec_cases import (
     _static,
     broadcast,
 )
+from sec_more_steps import MORE_INEXACT, MORE_STEPS, MoreSteps
 from sec_payloads import PLAIN_ODD, TEMPLATES, Canary, file_name_templates, payload
 from sec_steps import ViewSteps
 
@@ -75,9 +77,9 @@ class Names:
 
 
 # -- the builder --------------------------------------------------------------------------------------------------
-class Builder(ViewSteps):
+class Builder(ViewSteps, MoreSteps):
     """Draws a graph step by step: the elementwise steps here, the views, writes, reductions and generators in
-    `sec_steps.ViewSteps`."""
+    `sec_steps.ViewSteps`, the rest of the ops evonnx lowers in `sec_more_steps.MoreSteps`."""
 
     def __init__(self, draw: Callable, names: Names, opset: int):
         self.draw, self.names, self.opset = draw, names, opset
@@ -264,7 +266,7 @@ class Builder(ViewSteps):
         x = self.pick(lambda t: self.numeric(t) and self.small(t), "where x")
         if x is None:
             return False
-        op = self.draw(st.sampled_from(["Greater", "Less", "Equal", "GreaterOrEqual"]))
+        op = self.draw(st.sampled_from(["Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual"]))
         other, cshape = self.partner(x)
         (c,) = self.node(op, [x.name, other])
         cond = self.add(c, "bool", cshape)
@@ -282,7 +284,7 @@ class Builder(ViewSteps):
 STEPS = ("unary", "activation", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather",
          "gather", "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce",
          "range", "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax", "flat_grid",
-         "flat_grid")
+         "flat_grid") + MORE_STEPS
 
 
 @st.composite
@@ -366,5 +368,5 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
         file_name = payload(canary, template, k).replace("/", "_").replace("\0", "_")[:150] + ".onnx"
     return Case(model=model, inputs=inputs, symbols=symbols_used, plans=plans,
                 value_regime=draw(st.sampled_from(["small", "small", "wide", "extreme", "special"])),
-                seed=draw(st.integers(0, 2**16)), exact=not (b.ops_used & INEXACT_OPS),
+                seed=draw(st.integers(0, 2**16)), exact=not (b.ops_used & (INEXACT_OPS | MORE_INEXACT)),
                 file_name=file_name, canaries=list(names.canaries), steps=steps)
