@@ -18,11 +18,14 @@ from onnx import TensorProto, helper
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
 
-DTYPES = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "int64": TensorProto.INT64,
-          "int32": TensorProto.INT32, "bool": TensorProto.BOOL}
+DTYPES = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
+          "int64": TensorProto.INT64, "int32": TensorProto.INT32, "int8": TensorProto.INT8, "uint8": TensorProto.UINT8,
+          "bool": TensorProto.BOOL}
 INT_EXTREMES = {
     "int64": (0, 1, -1, 2, -2, 7, I64_MAX, I64_MIN, I64_MAX - 1, I64_MIN + 1, 2**62, -(2**32)),
     "int32": (0, 1, -1, 2, -2, 7, I32_MAX, I32_MIN, I32_MAX - 1, I32_MIN + 1, 2**30, -(2**16)),
+    "int8": (0, 1, -1, 2, -2, 7, 127, -128, 126, -127),
+    "uint8": (0, 1, 2, 7, 128, 254, 255),
 }
 FLOAT_VALUES = (0.0, -0.0, 1.0, -1.5, 0.5, 3.0, 1e30, -1e30, float("inf"), float("-inf"), 1e-40, 65504.0)
 SLICE_STARTS = (0, 1, -1, 2, -2, -3, 5, 100, I64_MAX, I64_MIN, -I64_MAX, -100)
@@ -159,13 +162,14 @@ def make_feeds(inputs: Sequence[Tensor], plan: dict[str, int], regime: str, seed
             arr = np.asarray(rng.random(shape) < 0.5)
         else:
             info = np.iinfo(t.dtype)
+            lo = max(info.min, -2000)  # (0 for the unsigned types)
             if regime in ("small", "special"):
-                arr = np.asarray(rng.integers(-8, 8, size=shape), dtype=t.dtype)
+                arr = np.asarray(rng.integers(max(lo, -8), 8, size=shape), dtype=t.dtype)
             elif regime == "wide":
-                arr = np.asarray(rng.integers(-2000, 2000, size=shape), dtype=t.dtype)
+                arr = np.asarray(rng.integers(lo, min(info.max, 2000), size=shape), dtype=t.dtype)
             else:
                 arr = np.asarray(rng.integers(info.min, info.max, size=shape, dtype=t.dtype, endpoint=True))
-                ext = np.array([info.min, info.max, 0, -1, 1], dtype=t.dtype)
+                ext = np.array([info.min, info.max, 0, max(info.min, -1), 1], dtype=t.dtype)
                 mask = rng.random(shape) < 0.3
                 arr[mask] = rng.choice(ext, size=int(mask.sum()))
         feeds[t.name] = np.array(arr, dtype=t.dtype, copy=True)

@@ -5,11 +5,11 @@ the activations of `FLOAT_ACTIVATIONS` (Clip, Pow, LeakyRelu, HardSigmoid, Tanh,
 Cast/compare, Slice with negative and huge bounds and steps, Gather with constant (negative, scalar) indices,
 Transpose, Reshape with 0/-1, Unsqueeze/Squeeze, Concat, Expand, ScatterND with constant indices, ReduceSum/Max,
 Range, Shape, and `sec_more_steps`' Split/Tile/Flatten/ScatterElements/variadic Sum/Mean/And/Or/Xor/the other
-reductions/LogSoftmax/ConstantOfShape/Size) over float32/float16/int64/int32 inputs with symbolic and static dims
-(0, 1, large), int64/int32 extremes in constants, plus the sizes each symbolic dim takes at run time (0, 1, 2
-and a larger one; pairs of symbols also at unequal sizes, one of them 1). With `adversarial`, most names (tensors,
-nodes, initializers, dim_params, graph, doc strings, attribute doc strings, metadata, the output file name) are
-payloads from `sec_payloads`.
+reductions/LogSoftmax/ConstantOfShape/Size) over float32/float16/float64/int64/int32/int8/uint8 inputs with
+symbolic and static dims (0, 1, large), integer extremes in constants, plus the sizes each symbolic dim takes at
+run time (0, 1, 2 and a larger one; pairs of symbols also at unequal sizes, one of them 1). With `adversarial`,
+most names (tensors, nodes, initializers, dim_params, graph, doc strings, attribute doc strings, metadata, the
+output file name) are payloads from `sec_payloads`.
 
 Shapes are tracked symbolically while building (a dim is an int, a symbol, or an opaque token for a size only
 known at run time) so that most graphs run; those that do not at some size are still cases: then onnxruntime's
@@ -47,6 +47,7 @@ from sec_steps import ViewSteps
 
 # float elementwise ops beyond the common ones, each run by onnxruntime's CPU EP in float32 and float16 at
 # opsets 13 to 20 (measured on 1.31)
+FLOATS = ("float32", "float16", "float64")
 FLOAT_ACTIVATIONS = ("Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Relu", "Sign", "Log", "Tanh", "Erf", "Sin",
                      "Cos", "IsNaN", "Softplus", "LeakyRelu", "HardSigmoid", "Clip", "Pow")
 
@@ -130,14 +131,15 @@ class Builder(ViewSteps, MoreSteps):
     def values(self, dtype: str, shape: Sequence[int]) -> np.ndarray:
         """Constant values with extremes (int) or special floats."""
         n = math.prod(shape)
-        if dtype in ("float32", "float16"):  # FLOAT_VALUES' 1e30 and 1e-40 are inf and 0 in float16
+        if dtype in FLOATS:  # FLOAT_VALUES' 1e30 and 1e-40 are inf and 0 in float16
             vals = self.draw(st.lists(st.one_of(st.sampled_from(FLOAT_VALUES),
                                                 st.floats(-8, 8, width=32, allow_nan=False)), min_size=n, max_size=n))
             with np.errstate(over="ignore"):  # to infinity in float16, as meant
                 return np.array(vals, dtype=np.float32).astype(dtype).reshape(shape)
         if dtype == "bool":
             return np.array(self.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool).reshape(shape)
-        vals = self.draw(st.lists(st.one_of(st.sampled_from(INT_EXTREMES[dtype]), st.integers(-9, 9)),
+        low = 0 if dtype.startswith("u") else -9
+        vals = self.draw(st.lists(st.one_of(st.sampled_from(INT_EXTREMES[dtype]), st.integers(low, 9)),
                                   min_size=n, max_size=n))
         return np.array(vals, dtype=dtype).reshape(shape)
 
@@ -152,7 +154,9 @@ class Builder(ViewSteps, MoreSteps):
         return self.draw(st.sampled_from(cands))
 
     def numeric(self, t: Tensor) -> bool:
-        return t.dtype != "bool"
+        """Whether onnxruntime's CPU EP has arithmetic for `t` (not for bool, nor for most ops on 8-bit integers,
+        which views, Cast, Abs, Sign and Clip take)."""
+        return t.dtype not in ("bool", "int8", "uint8")
 
     def small(self, t: Tensor) -> bool:
         return t.rank <= 4
@@ -169,15 +173,18 @@ class Builder(ViewSteps, MoreSteps):
             op = "Activation"
         elif x.dtype == "bool":
             op = self.draw(st.sampled_from(["Not", "Cast"]))
-        elif x.dtype in ("float32", "float16"):
+        elif x.dtype in FLOATS:
             op = self.draw(st.sampled_from(["Neg", "Abs", "Exp", "Sigmoid", "Cast", "Activation", "Activation"]
-                                           + (["HardSwish"] if self.opset >= 14 else [])))
+                                           + (["HardSwish"] if self.opset >= 14 and x.dtype != "float64" else [])))
+        elif x.dtype in ("int8", "uint8"):
+            op = self.draw(st.sampled_from(["Abs", "Cast", "Cast", "Sign", "Clip"]))
         else:
             op = self.draw(st.sampled_from(["Neg", "Abs", "Cast", "Sign", "Clip"]))
         if op == "Activation":  # the rest of the elementwise ops evonnx lowers (passes/lower_math.py)
             op = self.draw(st.sampled_from(FLOAT_ACTIVATIONS))
         if op == "Cast":
-            to = self.draw(st.sampled_from(["float32", "int64", "int32", "float16"]))
+            to = self.draw(st.sampled_from(["float32", "int64", "int32", "float16", "float64", "uint8", "int8",
+                                            "bool"]))
             (y,) = self.node("Cast", [x.name], to=DTYPES[to])
             self.add(y, to, x.shape)
             return True
@@ -232,7 +239,7 @@ class Builder(ViewSteps, MoreSteps):
         if x is None:
             return False
         op = self.draw(st.sampled_from(["Add", "Sub", "Mul", "Div", "Min", "Max", "Mod"]))
-        floats = ("float32", "float16")
+        floats = FLOATS
         attrs = {"fmod": 1} if op == "Mod" and x.dtype in floats else {}  # fmod=0 is for integers only
         divides = op in ("Div", "Mod") and x.dtype not in floats
         # an integer divisor that is a run-time tensor may hold 0 (onnxruntime fails the Run: issue 16)
@@ -291,7 +298,9 @@ STEPS = ("unary", "activation", "binary", "binary", "compare_where", "symbol_bro
 def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_steps: int = 8) -> Case:
     adv = draw(st.integers(0, 3)) > 0 if adversarial is None else adversarial
     names = Names(draw, canary, adv)
-    opset = draw(st.sampled_from([18, 18, 13, 17]))
+    # the opsets of both torch exporters' defaults, and newer ones that onnxruntime 1.31 runs (Cast, Reshape,
+    # Squeeze, Transpose, Flatten, Shape, Size, ConstantOfShape ... have new versions at 19, 21, 23, 24, 25)
+    opset = draw(st.sampled_from([18, 18, 13, 17, 18, 13, 17, 20, 21, 23, 25]))
     b = Builder(draw, names, opset)
     symbols = [names("N"), names("M")][: draw(st.integers(1, 2))]
     dim_st = st.one_of(st.sampled_from(symbols), st.sampled_from([4, 1, 2, 3, 8, 1000, 0]))
@@ -306,11 +315,12 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
             shape[-1] = 4
         if sum(isinstance(d, str) for d in shape) == 2 or _static(shape):
             shape = [d if d != 1000 else 8 for d in shape]
-        dtype = draw(st.sampled_from(["float32", "float32", "int64", "int32", "float16"]))
+        dtype = draw(st.sampled_from(["float32"] * 4 + ["int64", "int32", "float16"] * 2
+                                     + ["float64", "uint8", "int8"]))
         t = Tensor(names("x"), dtype, tuple(shape))
         b.inputs.append(t)
         b.pool.append(t)
-        if len(symbols) == 2 and symbols[0] in shape and draw(st.integers(0, 3)) == 0:
+        if len(symbols) == 2 and symbols[0] in shape and b.numeric(t) and draw(st.integers(0, 3)) == 0:
             # the same shape over the other symbol: broadcasting two symbolic dims against each other
             twin = Tensor(names("x"), dtype, tuple(symbols[1] if d == symbols[0] else d for d in shape))
             b.inputs.append(twin)
@@ -345,7 +355,8 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
         for vi in list(graph.input) + list(graph.output):
             if draw(st.booleans()):
                 vi.doc_string = names("vdoc", allow_nul=True)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    ops = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=ops, ir_version=max(8, helper.find_min_ir_version_for(ops)))
     if adv:
         model.doc_string = names("mdoc", allow_nul=True)
         model.producer_name = names("producer")
