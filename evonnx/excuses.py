@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import onnx
 
+from evonnx.model import infer_shapes
+
 # onnxruntime's memory planner failing a run: a buffer planned for a tensor's inferred shape, re-used where an
 # empty-input quirk (ReduceMax(x[N], [-1]) is [0] at N = 0, inferred [1]) gives another shape
 REUSE_ERROR = "Shape mismatch attempting to re-use buffer"
@@ -160,7 +162,7 @@ def _moved_flips(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.nd
     if ref.dtype != bool or not comparisons:
         return 0
     try:
-        typed = onnx.shape_inference.infer_shapes(original)
+        typed = infer_shapes(original)
     except Exception:  # noqa: BLE001 - no types, no excuse
         return 0
     types = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.input, *typed.graph.value_info,

@@ -27,7 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from evonnx.errors import UsageError
-from evonnx.model import overridable
+from evonnx.model import infer_shapes, overridable
 
 # Float value regimes (`_float_values`).
 REGIMES = ("small", "image", "wide")
@@ -67,7 +67,7 @@ class _Shapes:
                 for d in shapes[i.name]:
                     dims.dim.add().dim_value = int(d)
         try:
-            probe = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=False)
+            probe = infer_shapes(probe)
         except Exception:  # noqa: BLE001 - no inferred dims: the fallback below stands in
             pass
         self.dims: dict[str, list[int | None]] = {}

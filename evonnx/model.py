@@ -12,6 +12,7 @@ import onnx.external_data_helper
 from google.protobuf.message import DecodeError
 
 from evonnx.errors import InvalidModelError
+from evonnx.isolate import CrashError, doing, isolated
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def half_precision_outputs(model: onnx.ModelProto) -> set[str]:
     if not _names_float16(model):  # no float16 comes in or is made: no shape inference (a check calls this)
         return set()
     try:
-        typed = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+        typed = infer_shapes(model)
     except Exception:  # noqa: BLE001 - onnx raises several types; without types, no output is marked
         return set()
     g = typed.graph
@@ -213,7 +214,7 @@ def load_model(path: str | Path, *, infer: bool = True) -> onnx.ModelProto:
     _check_declared_dims(model, p)
     if infer:
         try:
-            model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+            model = infer_shapes(model)
         except onnx.shape_inference.InferenceError as e:
             raise InvalidModelError(f"{p}: ONNX shape inference fails: {_first_line(e)}") from e
     _name_nodes(model)
@@ -235,6 +236,26 @@ def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         if unshaped(vi):
             vi.type.tensor_type.shape.SetInParent()
     return copy
+
+
+def infer_shapes(model: onnx.ModelProto, *, strict_mode: bool = False, data_prop: bool = False) -> onnx.ModelProto:
+    """`onnx.shape_inference.infer_shapes`, run in evonnx's worker process (evonnx.isolate). ONNX's C++ inference
+    aborts its process on some hostile graphs: a Slice of a dim it inferred as negative, from a Split into more
+    parts than the dim holds, trips an assertion in std::clamp (fuzz case 29 of seed 2, session 28). A crash
+    raises InferenceError here, as any other failure of the inference does, so that every caller's fallback
+    stands."""
+    try:
+        data = _infer_shapes_in_worker(model.SerializeToString(), strict_mode, data_prop)
+    except CrashError as e:
+        raise onnx.shape_inference.InferenceError(f"ONNX shape inference crashed ({e.signal})") from None
+    return onnx.load_from_string(data)
+
+
+@isolated
+def _infer_shapes_in_worker(data: bytes, strict_mode: bool, data_prop: bool) -> bytes:
+    doing("inferring shapes (ONNX)")
+    model = onnx.load_from_string(data)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=strict_mode, data_prop=data_prop).SerializeToString()
 
 
 def _tensors(g: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

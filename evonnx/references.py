@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from evonnx.model import infer_shapes
+
 
 def as_float64(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """`model` computed in float64 wherever it computes in float32 (inputs, outputs, initializers, Constant
@@ -61,7 +63,7 @@ def first_nan_reference(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """`model` with its float ReduceMax/ReduceMin made lane-independent (see above), or None when it has none (or
     their axes are not constants)."""
     try:
-        typed = onnx.shape_inference.infer_shapes(model)
+        typed = infer_shapes(model)
     except Exception:  # noqa: BLE001 - an invalid model has no reference of this kind
         return None
     types = {v.name: v.type.tensor_type.elem_type for v in [*typed.graph.value_info, *typed.graph.input]}

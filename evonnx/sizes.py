@@ -15,6 +15,7 @@ import onnx
 
 from evonnx.inputs import REGIMES
 from evonnx.isolate import doing
+from evonnx.model import infer_shapes
 
 SIZE_CANDIDATES = (3, 5, 64, 256, 1024)  # all symbols at one size: the fallback when distinct sizes never run
 PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
@@ -87,7 +88,7 @@ def _largest_tensor(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
         # no data propagation: onnx's crashes on some models (Slice with step INT64_MAX, fuzz seed 240015), and
         # this runs in the check's worker on untrusted models
         doing("sizing the large run by shape inference")
-        typed = onnx.shape_inference.infer_shapes(static, strict_mode=False, data_prop=False)
+        typed = infer_shapes(static)
     except Exception:  # noqa: BLE001 - an unknown size bounds nothing
         return 0
     out = 0

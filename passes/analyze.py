@@ -22,7 +22,7 @@ import onnx_graphsurgeon as gs
 from evonnx import expr as E
 from evonnx.index import Max, Min, Poly, Sym, is_nonneg, sym
 from evonnx.isolate import doing, isolated
-from evonnx.model import REVIEWED_OPSET, ir_version_for
+from evonnx.model import REVIEWED_OPSET, infer_shapes, ir_version_for
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import may_hold_zero
@@ -181,7 +181,7 @@ def _too_big_to_fold(m: onnx.ModelProto, feed: dict[str, np.ndarray]) -> bool:
     probe = onnx.ModelProto()
     probe.CopyFrom(m)
     probe.graph.initializer.extend(onnx.numpy_helper.from_array(a, name) for name, a in feed.items())
-    inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False)
+    inferred = infer_shapes(probe)
     for o in inferred.graph.output:
         tt = o.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):

@@ -30,7 +30,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from evonnx.isolate import doing, isolated
-from evonnx.model import _name_nodes
+from evonnx.model import _name_nodes, infer_shapes
 from evonnx.passes.analyze import Analysis, _constant_node_value
 from evonnx.passes.lower_ops import REDUCTIONS
 
@@ -213,7 +213,7 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     folded.opset_import.extend(model.opset_import)
     folded.ir_version = model.ir_version
     try:
-        folded = onnx.shape_inference.infer_shapes(folded, strict_mode=False, data_prop=False)
+        folded = infer_shapes(folded)
     except onnx.shape_inference.InferenceError:
         return None
     _name_nodes(folded)

@@ -304,6 +304,23 @@ def test_optimize_a_model_that_crashes_onnxruntime_fails_cleanly(ws: Workspace, 
     ws.fails_cleanly(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx")], needle)
 
 
+def test_optimize_a_model_that_crashes_onnx_shape_inference_fails_cleanly(ws: Workspace) -> None:
+    """A Split of a dim of 1 into 3 parts (opset 18's num_outputs), then a Slice of the last part: ONNX's shape
+    inference gives that part a dim of -1 and aborts its process on an assertion in the Slice's inference
+    (std::clamp), as onnxruntime does loading the model (fuzz case 29 of seed 2, session 28). evonnx runs the
+    inference in its worker: one line naming it, exit 1, nothing written."""
+    src = ws.src / "m.onnx"
+    nodes = [helper.make_node("Split", ["x"], ["a", "b", "c"], axis=0, num_outputs=3),
+             helper.make_node("Slice", ["c", "s", "e", "k"], ["y"])]
+    consts = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s", 2), ("e", 3), ("k", -1))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1])],
+                          [helper.make_tensor_value_info("y", F32, None)], consts)
+    src.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+                    .SerializeToString())
+    ws.fails_cleanly(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx")],
+                     "ONNX shape inference fails: ONNX shape inference crashed (SIGABRT)")
+
+
 @pytest.mark.compiler
 def test_optimize_build_failure_is_one_line_and_leaves_no_build_folder(ws: Workspace) -> None:
     src = _tiny(ws.src / "m.onnx")
