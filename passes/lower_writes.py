@@ -195,7 +195,7 @@ def _scatter_nd_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) 
         raise Reject("ScatterND updates shape does not match indices and data")
     for j, (pv, off, step) in enumerate(grid):
         _require_in_range(off, step, ind.shape[pvars.index(pv)] if pv is not None else None, data.shape[j],
-                          f"{op} indices on axis {j}")
+                          f"{op} indices on axis {j}", _count(ind.shape[:-1]))
 
     def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
         conds: list[Expr] = []
@@ -210,16 +210,25 @@ def _scatter_nd_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) 
     return [_write(data, upd.fn, conds_of, reduction)]
 
 
-def _require_in_range(off: Poly, step: int, extent: Poly | None, dim: Poly, what: str) -> None:
+def _require_in_range(off: Poly, step: int, extent: Poly | None, dim: Poly, what: str, count: Poly) -> None:
     """The written positions `off + step*p`, p in [0, extent) (or `off` alone), lie in [0, dim): onnxruntime fails
-    the Run otherwise, so the kernel must fail it too rather than write out of bounds."""
+    the Run otherwise, so the kernel must fail it too rather than write out of bounds. Nothing is written, and
+    nothing checked, where the indices hold `count` = 0 elements: an empty axis of theirs other than this one
+    (fuzz case 2273 of seed 7000052: indices [1, 1, 0] into data of 0 rows) as well as this one."""
     if extent is None:
         lo = hi = off
     else:
         last = off + (extent - 1) * step
         lo, hi = (off, last) if step > 0 else (last, off)
-    L.require_le(Poly(), lo, f"{what} must not be negative", unless=extent)
-    L.require_le(hi + 1, dim, f"{what} must be below the axis size", unless=extent)
+    L.require_le(Poly(), lo, f"{what} must not be negative", unless=count)
+    L.require_le(hi + 1, dim, f"{what} must be below the axis size", unless=count)
+
+
+def _count(dims: Sequence[Poly]) -> Poly:
+    out = Poly.of(1)
+    for d in dims:
+        out = out * d
+    return out
 
 
 def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
@@ -265,7 +274,7 @@ def _scatter_elements_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out:
     if any(a in (E.as_integer(e) or Poly()).atoms() for o in others if (a := o.atom()) is not None):
         raise Reject("ScatterElements indices depend on other axes")
     _require_in_range(off, step, ind.shape[axis] if pv is not None else None, data.shape[axis],
-                      f"{op} indices on axis {axis}")
+                      f"{op} indices on axis {axis}", _count(ind.shape))
     for n in range(data.rank):
         if n != axis:
             # onnxruntime checks the dims before it looks at any index, empty indices included
