@@ -9,7 +9,7 @@ import numpy as np
 
 from evonnx import expr as E
 from evonnx.expr import Const, Expr, IndexVal
-from evonnx.index import Poly, Table, floordiv, is_nonneg, lookup, mod, pmin, var
+from evonnx.index import Poly, Table, floordiv, is_nonneg, lookup, mod, pmin, product, var
 from evonnx.passes import lazy as L
 from evonnx.passes.lazy import Lazy, Reject
 from evonnx.passes.lower_common import Args, Attrs, Handler, MapKind, OpDef, Vals, const_indices, norm_axis
@@ -195,7 +195,7 @@ def _scatter_nd_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) 
         raise Reject("ScatterND updates shape does not match indices and data")
     for j, (pv, off, step) in enumerate(grid):
         _require_in_range(off, step, ind.shape[pvars.index(pv)] if pv is not None else None, data.shape[j],
-                          f"{op} indices on axis {j}", _count(ind.shape[:-1]))
+                          f"{op} indices on axis {j}", product(ind.shape[:-1]))
 
     def conds_of(idx: tuple[Poly, ...]) -> tuple[Expr, tuple[Poly, ...]]:
         conds: list[Expr] = []
@@ -222,13 +222,6 @@ def _require_in_range(off: Poly, step: int, extent: Poly | None, dim: Poly, what
         lo, hi = (off, last) if step > 0 else (last, off)
     L.require_le(Poly(), lo, f"{what} must not be negative", unless=count)
     L.require_le(hi + 1, dim, f"{what} must be below the axis size", unless=count)
-
-
-def _count(dims: Sequence[Poly]) -> Poly:
-    out = Poly.of(1)
-    for d in dims:
-        out = out * d
-    return out
 
 
 def _normalise_index(e: Expr, dim: Poly, op: str) -> Expr:
@@ -274,7 +267,7 @@ def _scatter_elements_grid(op: str, attrs: Attrs, args: Args, vals: Vals, n_out:
     if any(a in (E.as_integer(e) or Poly()).atoms() for o in others if (a := o.atom()) is not None):
         raise Reject("ScatterElements indices depend on other axes")
     _require_in_range(off, step, ind.shape[axis] if pv is not None else None, data.shape[axis],
-                      f"{op} indices on axis {axis}", _count(ind.shape))
+                      f"{op} indices on axis {axis}", product(ind.shape))
     for n in range(data.rank):
         if n != axis:
             # onnxruntime checks the dims before it looks at any index, empty indices included
