@@ -197,7 +197,7 @@ def load_model(path: str | Path, *, infer: bool = True) -> onnx.ModelProto:
         except (onnx.checker.ValidationError, ValueError, OSError) as e:
             raise InvalidModelError(f"{p}: cannot read its external data: {_first_line(e)}") from e
     try:
-        onnx.checker.check_model(_with_output_shapes(model))
+        onnx.checker.check_model(_with_shape_fields(model))
     except (onnx.checker.ValidationError, ValueError) as e:
         raise InvalidModelError(f"{p}: fails the ONNX checker: {_first_line(e)}") from e
     opset = default_opset(model)
@@ -221,18 +221,19 @@ def load_model(path: str | Path, *, infer: bool = True) -> onnx.ModelProto:
     return model
 
 
-def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` for the ONNX checker: where a graph output or value_info has a tensor type without a shape (as
-    onnx-graphsurgeon writes an output whose shape is None), a copy in which it has an empty one. The checker
-    requires the field; onnxruntime runs such a model, and the shape stays unknown in the model evonnx plans on."""
+def _with_shape_fields(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` for the ONNX checker: where a graph input, output or value_info has a tensor type without a shape
+    (as onnx-graphsurgeon writes a tensor whose shape is None), a copy in which it has an empty one. The checker
+    requires the field; onnxruntime runs such a model, and the shape stays unknown in the model evonnx plans on
+    (nothing is planned on a tensor of unknown rank; the check asks for an unshaped input's shape)."""
     def unshaped(vi: onnx.ValueInfoProto) -> bool:
         return vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
 
-    if not any(unshaped(vi) for vi in (*model.graph.output, *model.graph.value_info)):
+    if not any(unshaped(vi) for vi in (*model.graph.input, *model.graph.output, *model.graph.value_info)):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    for vi in (*copy.graph.output, *copy.graph.value_info):
+    for vi in (*copy.graph.input, *copy.graph.output, *copy.graph.value_info):
         if unshaped(vi):
             vi.type.tensor_type.shape.SetInParent()
     return copy

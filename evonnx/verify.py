@@ -157,6 +157,9 @@ def _input_shape(i: onnx.ValueInfoProto, sizes: Mapping[str, int], shapes: Mappi
                  ) -> list[int]:
     if shapes and i.name in shapes:
         shape = [int(n) for n in shapes[i.name]]
+    elif i.type.HasField("tensor_type") and not i.type.tensor_type.HasField("shape"):
+        raise VerificationError(f"cannot check: input '{i.name}' has no shape in the model (not even a rank); name "
+                                f"one with --input-shape {i.name}=D0,D1,..")
     else:
         shape = []
         for k, d in enumerate(i.type.tensor_type.shape.dim):

@@ -163,3 +163,27 @@ def test_outputs_without_a_shape_as_graphsurgeon_writes_them(tmp_path: Path) -> 
         x = np.arange(2 * n, dtype=np.float32).reshape(n, 2) - 2.5
         for got, ref in zip(fused.run(None, {"x": x}), plain.run(None, {"x": x})):
             np.testing.assert_array_equal(got, ref)
+
+
+def test_an_input_without_a_shape_is_checked_at_the_shape_the_user_names(tmp_path: Path) -> None:
+    # an input with no shape field (not even a rank) runs in onnxruntime; evonnx plans nothing on it but may fuse
+    # past a Reshape to constant dims. The check cannot guess its rank: it asks for --input-shape, nothing written
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+             helper.make_node("Neg", ["t"], ["n"]), helper.make_node("Exp", ["n"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, None)],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.array([2, 3], np.int64), "s")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    dst = tmp_path / "out" / "m.opt.onnx"
+    dst.parent.mkdir()
+    with pytest.raises(evonnx.VerificationError, match=r"input 'x' has no shape .*--input-shape x="):
+        evonnx.optimize(src, dst)
+    assert not any(dst.parent.iterdir())
+    result = evonnx.optimize(src, dst, shapes={"x": [6]})
+    assert len(result.kernels) == 1
+    x = np.linspace(-2, 2, 6, dtype=np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    want = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(evonnx.load_session(dst).run(None, {"x": x})[0], want, rtol=1e-6)  # Exp: 1 ulp
