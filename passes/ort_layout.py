@@ -30,7 +30,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from evonnx.isolate import doing, isolated
-from evonnx.model import _name_nodes, infer_shapes
+from evonnx.model import _name_nodes, _with_shape_fields, infer_shapes
 from evonnx.passes.analyze import Analysis, _constant_node_value
 from evonnx.passes.lower_ops import REDUCTIONS
 
@@ -203,6 +203,11 @@ def fold_like_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto | None:
     if written is None:
         return None
     folded = onnx.load_model_from_string(written)
+    try:  # onnxruntime writes back models it cannot load: its float16 Casts inserted into If/Loop bodies take
+        # names that the main graph defines too (fuzz: an If capturing a float16 tensor), against SSA
+        onnx.checker.check_model(_with_shape_fields(folded))
+    except (onnx.checker.ValidationError, ValueError):
+        return None
     if any(n.domain not in ("", "ai.onnx") for n in folded.graph.node) and not any(
             n.domain not in ("", "ai.onnx") for n in model.graph.node):
         return None

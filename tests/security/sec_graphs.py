@@ -5,9 +5,10 @@ the activations of `FLOAT_ACTIVATIONS` (Clip, Pow, LeakyRelu, HardSigmoid, Tanh,
 Cast/compare, Slice with negative and huge bounds and steps, Gather with constant (negative, scalar) indices,
 Transpose, Reshape with 0/-1, Unsqueeze/Squeeze, Concat, Expand, ScatterND with constant indices, ReduceSum/Max,
 Range, Shape, and `sec_more_steps`' Split/Tile/Flatten/ScatterElements/variadic Sum/Mean/And/Or/Xor/the other
-reductions/LogSoftmax/ConstantOfShape/Size) over float32/float16/float64/int64/int32/int8/uint8 inputs with
-symbolic and static dims (0, 1, large), integer extremes in constants, plus the sizes each symbolic dim takes at
-run time (0, 1, 2 and a larger one; pairs of symbols also at unequal sizes, one of them 1). With `adversarial`,
+reductions/LogSoftmax/ConstantOfShape/Size, and `sec_flow_steps`' If/Loop whose bodies capture outer tensors)
+over float32/float16/float64/int64/int32/int8/uint8 inputs with symbolic and static dims (0, 1, large), integer
+extremes in constants, plus the sizes each symbolic dim takes at run time (0, 1, 2 and a larger one; pairs of
+symbols also at unequal sizes, one of them 1). With `adversarial`,
 most names (tensors, nodes, initializers, dim_params, graph, doc strings, attribute doc strings, metadata, the
 output file name) are payloads from `sec_payloads`.
 
@@ -41,6 +42,7 @@ from sec_cases import (
     _static,
     broadcast,
 )
+from sec_flow_steps import FLOW_STEPS, FlowSteps, read_names
 from sec_more_steps import MORE_INEXACT, MORE_STEPS, MoreSteps
 from sec_payloads import PLAIN_ODD, TEMPLATES, Canary, file_name_templates, payload
 from sec_steps import ViewSteps
@@ -78,9 +80,10 @@ class Names:
 
 
 # -- the builder --------------------------------------------------------------------------------------------------
-class Builder(ViewSteps, MoreSteps):
+class Builder(ViewSteps, MoreSteps, FlowSteps):
     """Draws a graph step by step: the elementwise steps here, the views, writes, reductions and generators in
-    `sec_steps.ViewSteps`, the rest of the ops evonnx lowers in `sec_more_steps.MoreSteps`."""
+    `sec_steps.ViewSteps`, the rest of the ops evonnx lowers in `sec_more_steps.MoreSteps`, If and Loop over
+    captured tensors in `sec_flow_steps.FlowSteps`."""
 
     def __init__(self, draw: Callable, names: Names, opset: int):
         self.draw, self.names, self.opset = draw, names, opset
@@ -291,7 +294,7 @@ class Builder(ViewSteps, MoreSteps):
 STEPS = ("unary", "activation", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather",
          "gather", "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce",
          "range", "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax", "flat_grid",
-         "flat_grid") + MORE_STEPS
+         "flat_grid") + MORE_STEPS + FLOW_STEPS
 
 
 @st.composite
@@ -339,10 +342,10 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
             b.step_unary()
         steps.append(step)
     # Outputs: the last tensor and up to two other unconsumed ones, so that (nearly) every node is live.
-    consumed = {i for n in b.nodes for i in n.input}
+    consumed = read_names(b.nodes)
     produced = [t for t in b.pool if t not in b.inputs and all(t.name != i.name for i in b.initializers)]
     outputs = [produced[-1]] + [t for t in produced[:-1] if t.name not in consumed][-2:]
-    used = {i for n in b.nodes for i in n.input} | {o.name for o in outputs}
+    used = consumed | {o.name for o in outputs}
     inputs = [t for t in b.inputs if t.name in used] or b.inputs[:1]
     symbols_used = [s for s in symbols if any(s in t.shape for t in inputs)]
     graph = helper.make_graph(
