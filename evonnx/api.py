@@ -193,17 +193,18 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 leave.update({n: "left to onnxruntime by the never-slower guard (a reduced plan failed the check)"
                               for n in everything})
                 continue
-            if not guard:
-                break
             if not result.specs and not result.nms:
-                if guarded is None:
+                # no kernel (planned none, or none beat onnxruntime): the model is written as the original was,
+                # not the pipeline's graph, whose plan-time folding (onnxruntime's, for one) nobody timed, with an
+                # empty kernel library
+                if guarded is None and guard:
                     guarded = GuardResult([], note="nothing to time (no kernel)")
-                elif guarded.dropped:
-                    # no kernel beat onnxruntime: the model is written as the original was (not the pipeline's
-                    # graph, whose plan-time folding nobody timed), with an empty kernel library
+                elif guarded is not None and guarded.dropped:
                     guarded.comparisons = []
-                    out_model = as_written
-                    onnx.save(out_model, str(staged.path(dst)))
+                out_model = as_written
+                onnx.save(out_model, str(staged.path(dst)))
+                break
+            if not guard:
                 break
             request.progress("timing against onnxruntime (the never-slower guard)")
             try:

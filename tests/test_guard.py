@@ -244,3 +244,27 @@ def test_always_slower_leaves_nms_in_an_if_branch_too(tmp_path: Path, monkeypatc
     domains = {n.domain for a in written.graph.node[0].attribute for n in a.g.node}
     assert domains == {""} and res.nms == [] and "written as the original" in str(res.guard), (domains, res.guard)
     assert calls == [0]  # the one timed build had no Fused kernel, only the two NMS
+
+
+@pytest.mark.parametrize("use_guard", [True, False])
+def test_no_kernel_planned_writes_the_original_model(tmp_path: Path, use_guard: bool) -> None:
+    # x[2, 2] -> Size -> Greater -> If: onnxruntime's basic optimizations (which evonnx plans on) fold the Size
+    # and Greater of a static shape; with no kernel planned, nothing was gained that a folded graph would keep,
+    # and the user gets the model as written, not onnxruntime's rewrite of it
+    then_b = helper.make_graph([helper.make_node("Neg", ["x"], ["a"])], "t", [],
+                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2])])
+    else_b = helper.make_graph([helper.make_node("Abs", ["x"], ["b"])], "e", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 2])])
+    nodes = [helper.make_node("Size", ["x"], ["s"], name="size"),
+             helper.make_node("Greater", ["s", "k"], ["c"], name="greater"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_b, else_branch=else_b)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+                              [numpy_helper.from_array(np.array(3, np.int64), "k")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    res = evonnx.optimize(src, tmp_path / "o.onnx", guard=use_guard)
+    assert res.kernels == []
+    written = onnx.load(tmp_path / "o.onnx")
+    assert [n.name for n in written.graph.node] == ["size", "greater", "if"]
+    assert "3 nodes -> 3" in res.summary()
