@@ -101,6 +101,10 @@ def _ints(text: str, what: str) -> list[int]:
 def main(verbose: int) -> None:
     """evonnx: view-aware fusion of ONNX post-processing into generated onnxruntime kernels."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    if verbose < 2:  # onnx-graphsurgeon's own "[W] ..." lines (a type without a numpy one, ...) are not the user's
+        from onnx_graphsurgeon.logger import G_LOGGER
+
+        G_LOGGER.severity = G_LOGGER.ERROR
 
 
 @main.command()

@@ -106,6 +106,7 @@ def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
     """`evonnx.inputs.synthesize` at the input shapes `sizes` (per symbol) and `shapes` (per input) give. An input
     with an initializer (a default the user may override) is left to its default in the first regime and fed a
     synthesized value in the others."""
+    _check_feedable(model)
     init = {t.name: t for t in model.graph.initializer}
     defaults = set(overridable(model))
     dims: dict[str, list[int]] = {}
@@ -141,11 +142,30 @@ def _check_static_sizes(model: onnx.ModelProto) -> None:
                                         f"check with --no-check")
 
 
+def _check_feedable(model: onnx.ModelProto) -> None:
+    """Refuse a check whose inputs or outputs onnxruntime's Python API cannot carry: bfloat16, the float8, 4-bit
+    and 2-bit types have no numpy type there ("No corresponding Numpy type for Tensor Type")."""
+    init = {t.name for t in model.graph.initializer}
+    for kind, vis in (("input", [i for i in model.graph.input if i.name not in init]), ("output", model.graph.output)):
+        for vi in vis:
+            if not vi.type.HasField("tensor_type"):
+                continue
+            elem = vi.type.tensor_type.elem_type
+            if elem != onnx.TensorProto.STRING and np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).kind == "V":
+                type_name = onnx.helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.").lower()
+                raise VerificationError(f"{kind} '{vi.name}' is {type_name}, which onnxruntime's Python API "
+                                        f"cannot feed or return")
+
+
 def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None) -> None:
     """Refuse a check that would ask for terabytes, before any work: a tensor whose shape is known above
     MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size."""
     _check_static_sizes(model)
+    try:
+        _check_feedable(model)
+    except VerificationError as e:
+        raise VerificationError(f"cannot check: {e}; skip the check with --no-check") from None
     base = {**{s: 3 for s in input_symbols(model)}, **(sizes or {})}
     init = {t.name for t in model.graph.initializer}
     for i in model.graph.input:

@@ -321,6 +321,44 @@ def test_optimize_a_model_that_crashes_onnx_shape_inference_fails_cleanly(ws: Wo
                      "ONNX shape inference fails: ONNX shape inference crashed (SIGABRT)")
 
 
+def _bfloat16_model(path: Path) -> Path:
+    """bfloat16 in, Cast to float, Transpose and Neg (fusable), float out."""
+    nodes = [helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT), helper.make_node("Transpose", ["f"], ["t"]),
+             helper.make_node("Neg", ["t"], ["y"])]
+    return _save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["N", 4])],
+                 [helper.make_tensor_value_info("y", F32, [4, "N"])])
+
+
+def test_optimize_a_bfloat16_model_cannot_be_checked_and_says_so(ws: Workspace) -> None:
+    """onnxruntime's Python API has no numpy type for bfloat16 (nor float8, 4-bit), so the check cannot feed the
+    model: one line saying so, exit 1, nothing written, no graphsurgeon "[W]" lines (it was an internal error)."""
+    src = _bfloat16_model(ws.src / "m.onnx")
+    ws.fails_cleanly(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx")],
+                     "cannot check: input 'x' is bfloat16, which onnxruntime's Python API cannot feed or return; "
+                     "skip the check with --no-check")
+
+
+@pytest.mark.compiler
+def test_optimize_a_bfloat16_model_without_the_check(ws: Workspace) -> None:
+    """With --no-check it is optimized; the guard says why it timed nothing, and the kernel matches onnxruntime."""
+    import onnxruntime as ort
+
+    src = _bfloat16_model(ws.src / "m.onnx")
+    ws.env["EVONNX_GUARD"] = "1"  # (the suite's default is off)
+    proc = ws.run(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx"), "--no-check"])
+    assert proc.returncode == 0 and "[W]" not in proc.stderr, proc.stderr
+    assert "guard: skipped: no input set runs on the original (input 'x' is bfloat16" in proc.stdout
+    assert "1 fused kernels" in proc.stdout
+    bf16 = onnx.helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+    x = np.array([[1, -2, 3, 4.5], [0, 7, -8, 9], [-0.0, 1e-3, 300, -1]], np.float32).astype(bf16)
+    value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), TensorProto.BFLOAT16)
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run_with_ort_values(
+        None, {"x": value})[0].numpy()
+    got = evonnx.load_session(ws.out / "m.opt.onnx").run_with_ort_values(None, {"x": value})[0].numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, -x.astype(np.float32).T)
+
+
 @pytest.mark.compiler
 def test_optimize_build_failure_is_one_line_and_leaves_no_build_folder(ws: Workspace) -> None:
     src = _tiny(ws.src / "m.onnx")
