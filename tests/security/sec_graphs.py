@@ -122,8 +122,14 @@ class Builder(ViewSteps, MoreSteps, FlowSteps):
         if self.names.adversarial and self.draw(st.booleans()):
             tensor.doc_string = self.names("cdoc", allow_nul=True)
         if self.draw(st.booleans()):
+            # the value as a tensor (the exporters), or in the typed attributes other tools write (value_ints ...)
+            typed = {("int64", 0): "value_int", ("int64", 1): "value_ints", ("float32", 0): "value_float",
+                     ("float32", 1): "value_floats"}.get((str(array.dtype), array.ndim))
+            if array.ndim == 1 and not array.size:  # an empty list has no attribute type
+                typed = None
+            attrs = {typed: array.tolist()} if typed and self.draw(st.booleans()) else {"value": tensor}
             self.nodes.append(helper.make_node("Constant", [], [name], name=self.names("n", allow_nul=True),
-                                               value=tensor))
+                                               **attrs))
         else:
             self.initializers.append(tensor)
         return name
@@ -345,8 +351,22 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
     consumed = read_names(b.nodes)
     produced = [t for t in b.pool if t not in b.inputs and all(t.name != i.name for i in b.initializers)]
     outputs = [produced[-1]] + [t for t in produced[:-1] if t.name not in consumed][-2:]
+    # forms exporters write: an intermediate that later nodes read is an output too (a fused chain must still
+    # write it); an input is passed through as an output
+    mids = [t for t in produced if t.name in consumed and t not in outputs]
+    if mids and draw(st.integers(0, 3)) == 0:
+        outputs.append(draw(st.sampled_from(mids)))
     used = consumed | {o.name for o in outputs}
     inputs = [t for t in b.inputs if t.name in used] or b.inputs[:1]
+    if draw(st.integers(0, 7)) == 0:
+        outputs.append(draw(st.sampled_from(inputs)))
+    # an initializer listed among the inputs (IR 3 style): a feed overrides it, so it is no constant
+    overridable = [i for i in b.initializers if i.data_type in (DTYPES["float32"], DTYPES["float16"]) and i.dims
+                   and i.name in consumed]
+    if overridable and draw(st.integers(0, 5)) == 0:
+        init = draw(st.sampled_from(overridable))
+        inputs.append(Tensor(init.name, "float32" if init.data_type == DTYPES["float32"] else "float16",
+                             tuple(init.dims)))
     symbols_used = [s for s in symbols if any(s in t.shape for t in inputs)]
     graph = helper.make_graph(
         b.nodes, names("graph"),
