@@ -230,6 +230,21 @@ def _int_values(n: onnx.NodeProto, k: int, shape: Sequence[int], dtype: np.dtype
     return None
 
 
+def unfeedable(model: onnx.ModelProto) -> str | None:
+    """Why onnxruntime's Python API cannot run `model` on numpy arrays, or None: an input or output of bfloat16, a
+    float8, 4-bit or 2-bit type has no numpy type there ("No corresponding Numpy type for Tensor Type")."""
+    init = {t.name for t in model.graph.initializer}
+    for kind, vis in (("input", [i for i in model.graph.input if i.name not in init]), ("output", model.graph.output)):
+        for vi in vis:
+            if not vi.type.HasField("tensor_type"):
+                continue
+            elem = vi.type.tensor_type.elem_type
+            if elem != onnx.TensorProto.STRING and np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).kind == "V":
+                type_name = onnx.helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.").lower()
+                return f"{kind} '{vi.name}' is {type_name}, which onnxruntime's Python API cannot feed or return"
+    return None
+
+
 def synthesize(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], seed: int,
                regime: str = "small") -> dict[str, np.ndarray]:
     """One input set: every graph input named in `shapes`, at its shape there, values as the module says."""

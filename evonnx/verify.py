@@ -25,7 +25,7 @@ import onnx
 
 from evonnx.errors import KernelFailure, OutputMismatch, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
-from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize
+from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize, unfeedable
 from evonnx.isolate import CrashError, doing, isolated, register_library
 from evonnx.model import ZERO_SIGN_UNDEFINED, half_precision_outputs, outputs_untouched_by, overridable
 from evonnx.references import as_float64, first_nan_reference
@@ -143,18 +143,8 @@ def _check_static_sizes(model: onnx.ModelProto) -> None:
 
 
 def _check_feedable(model: onnx.ModelProto) -> None:
-    """Refuse a check whose inputs or outputs onnxruntime's Python API cannot carry: bfloat16, the float8, 4-bit
-    and 2-bit types have no numpy type there ("No corresponding Numpy type for Tensor Type")."""
-    init = {t.name for t in model.graph.initializer}
-    for kind, vis in (("input", [i for i in model.graph.input if i.name not in init]), ("output", model.graph.output)):
-        for vi in vis:
-            if not vi.type.HasField("tensor_type"):
-                continue
-            elem = vi.type.tensor_type.elem_type
-            if elem != onnx.TensorProto.STRING and np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).kind == "V":
-                type_name = onnx.helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.").lower()
-                raise VerificationError(f"{kind} '{vi.name}' is {type_name}, which onnxruntime's Python API "
-                                        f"cannot feed or return")
+    if (why := unfeedable(model)) is not None:
+        raise VerificationError(why)
 
 
 def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,

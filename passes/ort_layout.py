@@ -47,6 +47,11 @@ MATMULS = frozenset({"MatMul", "FusedMatMul", "Gemm"})
 # never folded: a new value on every run
 NONDETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
                               "Bernoulli"})
+# never folded by onnxruntime although their inputs are constant: its constant folding skips DequantizeLinear, so
+# that its QDQ fusions find the DequantizeLinear of each quantized weight and bias and run the Conv, MatMul, Add ...
+# in int8 (QLinearConv). A DequantizeLinear folded into a float initializer by evonnx left the Conv in float: a
+# quantized YOLOv8n (onnxruntime.quantization, QDQ) then gave other results than the original, and ran slower
+NOT_FOLDED = NONDETERMINISTIC | {"DequantizeLinear"}
 
 
 def _const_value(t: gs.Tensor) -> np.ndarray | None:
@@ -162,7 +167,7 @@ def folded(graph: gs.Graph, an: Analysis) -> dict[str, str]:
             if static or _is_const(inputs[0]) or inputs[0].name in const:
                 const.update(t.name for t in n.outputs)
             continue
-        if n.op in NONDETERMINISTIC or n.domain not in (None, "", "ai.onnx") or any(
+        if n.op in NOT_FOLDED or n.domain not in (None, "", "ai.onnx") or any(
                 isinstance(v, gs.Graph) for v in n.attrs.values()):
             continue
         if inputs and all(_is_const(t) or t.name in const for t in inputs):

@@ -16,6 +16,7 @@ import onnx_graphsurgeon as gs
 from evonnx.index import Poly, Sym
 from evonnx.model import DOMAIN
 from evonnx.passes.analyze import CANNOT_FAIL, Analysis, computed_whole, node_reads
+from evonnx.passes.ort_layout import NOT_FOLDED
 from evonnx.records import KernelSpec, kernel_fingerprint
 
 FUSED_OP = "Fused"
@@ -146,7 +147,7 @@ def _fold_known(g: gs.Graph, an: Analysis) -> None:
     which checks it as the original model does."""
     outputs = {t.name for t in g.outputs}
     for n in g.nodes:
-        if n.domain == DOMAIN or not n.outputs or any(t.name in outputs for t in n.outputs):
+        if n.domain == DOMAIN or not n.outputs or any(t.name in outputs for t in n.outputs) or n.op in NOT_FOLDED:
             continue
         arrays = []
         for t in n.outputs:
