@@ -52,6 +52,7 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_AUTOINSTALL", "False")
 
 import corpus_heads  # noqa: E402  (models/ is sys.path[0] when this file runs as a script)
+import corpus_quantize  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -75,6 +76,7 @@ class Entry:
     check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
     opset: int = 0  # heads: the opset asked of the exporter (0: the exporter's default for its kind)
     check_batches: tuple[int, ...] = ()  # heads with a symbolic batch: more batch sizes for ort_check
+    quantize: bool = False  # then onnxruntime.quantization's static QDQ quantizer (corpus_quantize)
 
     @property
     def is_head(self) -> bool:
@@ -86,13 +88,14 @@ def _ultralytics_entries() -> list[Entry]:
     out: list[Entry] = []
 
     def add(name: str, yaml: str, what: str, *, both: bool = True, dyn_kw: dict[str, Any] | None = None,
-            hot: bool = False, **kw: Any) -> None:
+            hot: bool = False, quantize: bool = False, **kw: Any) -> None:
         for dyn in (False, True) if both else (False,):
             args = kw | ((dyn_kw or {}) if dyn else {})
             out.append(Entry(
                 name + ("_dynamic" if dyn else ""), "ultralytics", yaml, "ultralytics",
                 what + (", dynamic batch/height/width" if dyn else ", static 640x640"), img,
-                dynamic=dyn, nms=args.get("nms") is True, hot=hot, kwargs=args, check_shapes=more if dyn else ()))
+                dynamic=dyn, nms=args.get("nms") is True, hot=hot, kwargs=args, check_shapes=more if dyn else (),
+                quantize=quantize))
 
     add("yolov8n", "yolov8n.yaml", "YOLOv8n detect, raw (1,84,8400) for external NMS")
     add("yolov8n_opset13", "yolov8n.yaml", "YOLOv8n detect at opset 13", opset=13)
@@ -119,6 +122,9 @@ def _ultralytics_entries() -> list[Entry]:
     add("yolov10n", "yolov10n.yaml", "YOLOv10n, one-to-many head (nms=None, the default)")
     add("yolov10n_e2e", "yolov10n.yaml", "YOLOv10n NMS-free end-to-end head (nms=False): top-k in the graph",
         both=False, nms=False)
+    for base, yaml in (("yolov8n", "yolov8n.yaml"), ("yolo11n", "yolo11n.yaml")):
+        add(f"{base}_qdq", yaml, f"{base} quantized by onnxruntime.quantization (static, QDQ, uint8 activations, int8 "
+            "weights per channel; corpus_quantize)", both=False, quantize=True)
     add("rtdetr_l", "rtdetr-l.yaml", "RT-DETR-l: transformer decoder, deformable attention as GridSample, (1,300,6)",
         both=False)
     return out
@@ -518,6 +524,9 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
                 source = fn(e, staged, stage)
+                if e.quantize:
+                    name = onnx.load(str(staged), load_external_data=False).graph.input[0].name
+                    source |= corpus_quantize.quantize_qdq(staged, stage, name, e.image_shape, SEED)
         except ExportFailed as exc:
             dst.unlink(missing_ok=True)
             return _failed(e, str(exc), time.perf_counter() - t0)
