@@ -51,8 +51,8 @@ VERSIONED = ("torch", "torchvision", "ultralytics", "onnx", "onnxruntime", "onnx
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_AUTOINSTALL", "False")
 
+import corpus_convert  # noqa: E402
 import corpus_heads  # noqa: E402  (models/ is sys.path[0] when this file runs as a script)
-import corpus_quantize  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -76,7 +76,7 @@ class Entry:
     check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
     opset: int = 0  # heads: the opset asked of the exporter (0: the exporter's default for its kind)
     check_batches: tuple[int, ...] = ()  # heads with a symbolic batch: more batch sizes for ort_check
-    quantize: bool = False  # then onnxruntime.quantization's static QDQ quantizer (corpus_quantize)
+    convert: str = ""  # then "qdq" (onnxruntime's static quantizer) or "fp16" (onnxconverter-common): corpus_convert
 
     @property
     def is_head(self) -> bool:
@@ -88,14 +88,14 @@ def _ultralytics_entries() -> list[Entry]:
     out: list[Entry] = []
 
     def add(name: str, yaml: str, what: str, *, both: bool = True, dyn_kw: dict[str, Any] | None = None,
-            hot: bool = False, quantize: bool = False, **kw: Any) -> None:
+            hot: bool = False, convert: str = "", **kw: Any) -> None:
         for dyn in (False, True) if both else (False,):
             args = kw | ((dyn_kw or {}) if dyn else {})
             out.append(Entry(
                 name + ("_dynamic" if dyn else ""), "ultralytics", yaml, "ultralytics",
                 what + (", dynamic batch/height/width" if dyn else ", static 640x640"), img,
                 dynamic=dyn, nms=args.get("nms") is True, hot=hot, kwargs=args, check_shapes=more if dyn else (),
-                quantize=quantize))
+                convert=convert))
 
     add("yolov8n", "yolov8n.yaml", "YOLOv8n detect, raw (1,84,8400) for external NMS")
     add("yolov8n_opset13", "yolov8n.yaml", "YOLOv8n detect at opset 13", opset=13)
@@ -124,7 +124,9 @@ def _ultralytics_entries() -> list[Entry]:
         both=False, nms=False)
     for base, yaml in (("yolov8n", "yolov8n.yaml"), ("yolo11n", "yolo11n.yaml")):
         add(f"{base}_qdq", yaml, f"{base} quantized by onnxruntime.quantization (static, QDQ, uint8 activations, int8 "
-            "weights per channel; corpus_quantize)", both=False, quantize=True)
+            "weights per channel; corpus_convert)", both=False, convert="qdq")
+        add(f"{base}_fp16", yaml, f"{base} in float16 by onnxconverter-common (inputs and outputs too; "
+            "corpus_convert)", both=False, convert="fp16")
     add("rtdetr_l", "rtdetr-l.yaml", "RT-DETR-l: transformer decoder, deformable attention as GridSample, (1,300,6)",
         both=False)
     return out
@@ -379,7 +381,8 @@ def _recipe(e: Entry) -> dict[str, Any]:
         if e.check_batches:
             h["also_checked_batches"] = list(e.check_batches)
         return h
-    r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float32", "shape": list(e.image_shape),
+    r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float16" if e.convert == "fp16" else "float32",
+                         "shape": list(e.image_shape),
                          "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"}
     if e.check_shapes:
         r["also_checked"] = [list(s) for s in e.check_shapes]
@@ -399,7 +402,8 @@ def _check_feeds(e: Entry, first_input: str) -> Iterator[tuple[list[int], dict[s
             yield list(next(iter(feeds.values())).shape), feeds
         return
     for shape in (e.image_shape, *e.check_shapes):
-        yield list(shape), {first_input: np.random.default_rng(SEED).random(shape, dtype=np.float32)}
+        image = np.random.default_rng(SEED).random(shape, dtype=np.float32)
+        yield list(shape), {first_input: image.astype(np.float16) if e.convert == "fp16" else image}
 
 
 def _ort_check(path: Path, e: Entry) -> dict[str, Any]:
@@ -524,9 +528,9 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
                 source = fn(e, staged, stage)
-                if e.quantize:
+                if e.convert:
                     name = onnx.load(str(staged), load_external_data=False).graph.input[0].name
-                    source |= corpus_quantize.quantize_qdq(staged, stage, name, e.image_shape, SEED)
+                    source |= corpus_convert.convert(e.convert, staged, stage, name, e.image_shape, SEED)
         except ExportFailed as exc:
             dst.unlink(missing_ok=True)
             return _failed(e, str(exc), time.perf_counter() - t0)

@@ -1,6 +1,9 @@
-"""Post-export quantization for the whole-model corpus (models/corpus.py): what users of a float export commonly run
-next for CPU serving, onnxruntime's own static quantizer in QDQ form (QuantizeLinear/DequantizeLinear pairs around
-every quantized op, which onnxruntime's QDQ fusions turn into int8 kernels at session start).
+"""Post-export conversions for the whole-model corpus (models/corpus.py), what users of a float export commonly run
+next:
+- "qdq": onnxruntime's own static quantizer in QDQ form (QuantizeLinear/DequantizeLinear pairs around every
+  quantized op, which onnxruntime's QDQ fusions turn into int8 kernels at session start), for CPU serving;
+- "fp16": onnxconverter-common's `convert_float_to_float16` (models/fp16.py: inputs, outputs, initializers and every
+  float tensor in float16; onnxruntime's CPU EP puts Casts to float around the ops it has no float16 kernel for).
 
 The calibration images are deterministic (numpy's generator seeded per image), so a rerun gives the same scales and
 the same bytes. Random weights make the scales meaningless for accuracy; they still give the graph users have.
@@ -50,3 +53,30 @@ def quantize_qdq(model: Path, stage: Path, input_name: str, shape: tuple[int, ..
                              "activation_type=QUInt8, weight_type=QInt8, per_channel=True)",
             "calibration": f"{CALIBRATION_IMAGES} images numpy.random.default_rng({seed} + k).random({list(shape)}, "
                            f"float32), k = 1..{CALIBRATION_IMAGES}"}
+
+
+def to_float16(model: Path) -> dict[str, Any]:
+    """Converts `model` to float16 in place (models/fp16.convert); returns its manifest note."""
+    import warnings
+
+    import onnx
+    from fp16 import convert
+    from onnxconverter_common import __version__ as occ_version
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the converter warns about values out of float16's range
+        half = convert(onnx.load(str(model)))
+    onnx.save(half, str(model))
+    return {"converter": f"onnxconverter-common {occ_version}",
+            "convert_call": "models/fp16.convert: float16.convert_float_to_float16(model, keep_io_types=False), then "
+                            "its Casts typed float16 made Casts to float16"}
+
+
+def convert(kind: str, model: Path, stage: Path, input_name: str, shape: tuple[int, ...], seed: int
+            ) -> dict[str, Any]:
+    """Applies the conversion `kind` ("qdq" or "fp16") to `model` in place."""
+    if kind == "qdq":
+        return quantize_qdq(model, stage, input_name, shape, seed)
+    if kind == "fp16":
+        return to_float16(model)
+    raise ValueError(f"unknown conversion {kind!r}")
