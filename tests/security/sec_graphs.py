@@ -5,7 +5,8 @@ the activations of `FLOAT_ACTIVATIONS` (Clip, Pow, LeakyRelu, HardSigmoid, Tanh,
 Cast/compare, Slice with negative and huge bounds and steps, Gather with constant (negative, scalar) indices,
 Transpose, Reshape with 0/-1, Unsqueeze/Squeeze, Concat, Expand, ScatterND with constant indices, ReduceSum/Max,
 Range, Shape, and `sec_more_steps`' Split/Tile/Flatten/ScatterElements/variadic Sum/Mean/And/Or/Xor/the other
-reductions/LogSoftmax/ConstantOfShape/Size, and `sec_flow_steps`' If/Loop whose bodies capture outer tensors)
+reductions/LogSoftmax/ConstantOfShape/Size, `sec_flow_steps`' If/Loop whose bodies capture outer tensors and
+`sec_quant_steps`' QDQ pairs and DequantizeLinear'd weights)
 over float32/float16/float64/int64/int32/int8/uint8 inputs with symbolic and static dims (0, 1, large), integer
 extremes in constants, plus the sizes each symbolic dim takes at run time (0, 1, 2 and a larger one; pairs of
 symbols also at unequal sizes, one of them 1). With `adversarial`,
@@ -45,6 +46,7 @@ from sec_cases import (
 from sec_flow_steps import FLOW_STEPS, FlowSteps, read_names
 from sec_more_steps import MORE_INEXACT, MORE_STEPS, MoreSteps
 from sec_payloads import PLAIN_ODD, TEMPLATES, Canary, file_name_templates, payload
+from sec_quant_steps import QUANT_STEPS, QuantSteps
 from sec_steps import ViewSteps
 
 # float elementwise ops beyond the common ones, each run by onnxruntime's CPU EP in float32 and float16 at
@@ -80,10 +82,10 @@ class Names:
 
 
 # -- the builder --------------------------------------------------------------------------------------------------
-class Builder(ViewSteps, MoreSteps, FlowSteps):
+class Builder(ViewSteps, MoreSteps, FlowSteps, QuantSteps):
     """Draws a graph step by step: the elementwise steps here, the views, writes, reductions and generators in
     `sec_steps.ViewSteps`, the rest of the ops evonnx lowers in `sec_more_steps.MoreSteps`, If and Loop over
-    captured tensors in `sec_flow_steps.FlowSteps`."""
+    captured tensors in `sec_flow_steps.FlowSteps`, QuantizeLinear/DequantizeLinear in `sec_quant_steps`."""
 
     def __init__(self, draw: Callable, names: Names, opset: int):
         self.draw, self.names, self.opset = draw, names, opset
@@ -300,7 +302,7 @@ class Builder(ViewSteps, MoreSteps, FlowSteps):
 STEPS = ("unary", "activation", "binary", "binary", "compare_where", "symbol_broadcast", "slice", "slice", "gather",
          "gather", "transpose", "reshape", "unsqueeze_squeeze", "concat", "expand", "scatternd", "scatternd", "reduce",
          "range", "shape", "matmul", "argreduce", "boxes", "slice_chain", "runtime_gather", "softmax", "flat_grid",
-         "flat_grid") + MORE_STEPS + FLOW_STEPS
+         "flat_grid") + MORE_STEPS + FLOW_STEPS + QUANT_STEPS
 
 
 @st.composite
