@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import onnx
 
 from evonnx import expr as E
 from evonnx.expr import FROM_ONNX_CODE, Expr
@@ -150,10 +151,18 @@ def _clip(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Laz
     return [L.Lazy(x.dtype, x.shape, lambda idx: E.clip(x.fn(idx), low, high), uniform=x.uniform)]
 
 
+def _type_name(code: int) -> str:
+    """ONNX's name of element type `code` (bfloat16, float8e4m3fn, ...), else the number."""
+    try:
+        return onnx.helper.tensor_dtype_to_string(code).removeprefix("TensorProto.").lower()
+    except (KeyError, ValueError):
+        return f"element type {code}"
+
+
 def _cast(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     to = FROM_ONNX_CODE.get(int(attrs["to"]))
     if to is None:
-        raise Reject(f"Cast to element type {attrs['to']} is not supported")
+        raise Reject(f"Cast to {_type_name(int(attrs['to']))} is not supported")
     x = args[0]
     if to == E.HALF and x.dtype == "float64":
         raise Reject("Cast from float64 to float16 (through float32, a kernel would round twice)")
