@@ -150,7 +150,8 @@ def _check_feedable(model: onnx.ModelProto) -> None:
 def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None) -> None:
     """Refuse a check that would ask for terabytes, before any work: a tensor whose shape is known above
-    MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size."""
+    MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size; and one it cannot
+    feed (`inputs.unfeedable`: bfloat16 ...) or whose input has no shape at all."""
     _check_static_sizes(model)
     try:
         _check_feedable(model)
