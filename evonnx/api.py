@@ -6,6 +6,7 @@ so `import evonnx` stays light): it orchestrates them, and the CLI only calls it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -19,7 +20,15 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_graphsurgeon as gs
 
-from evonnx.errors import InvalidModelError, KernelFailure, OutputMismatch, UsageError, VariantError, VerificationError
+from evonnx.errors import (
+    InvalidModelError,
+    KernelFailure,
+    OutputMismatch,
+    UnloadableModel,
+    UsageError,
+    VariantError,
+    VerificationError,
+)
 from evonnx.excuses import decided_on_inexact
 from evonnx.guard import GUARD_STAGES, guard_suspects, profiled_slower, time_against_original
 from evonnx.index import Poly, Sym
@@ -164,6 +173,15 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                 # goes back to onnxruntime too
                 result, out_model, checked = _build(request, leave, check and not last, nms=not last)
             except VerificationError as e:
+                if isinstance(e, UnloadableModel) and request.original is not inferred and not leave:
+                    # planned on onnxruntime's basic rewrite, which it may write back in a form it cannot load again
+                    # (its float16 Casts around If/Loop bodies broke SSA: fuzz cases 176 and 4098): plan on the
+                    # model as written instead
+                    log.info("check: %s; planning on the model as written", e)
+                    original = inferred
+                    request = dataclasses.replace(request, original=inferred)
+                    everything = {n.name for n in original.graph.node}
+                    continue
                 if isinstance(e, KernelFailure) and e.nodes and not set(e.nodes) <= set(leave):
                     # the kernel's check is onnxruntime's node's, and the original ran there only through
                     # onnxruntime's graph optimizations: its nodes go to onnxruntime, which serves them as it does

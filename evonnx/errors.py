@@ -52,6 +52,10 @@ class OutputMismatch(VerificationError):
         self.output = output
 
 
+class UnloadableModel(VerificationError):
+    """onnxruntime cannot load the optimized model (while it loads the original)."""
+
+
 class KernelFailure(VerificationError):
     """The optimized model failed in a fused kernel's run-time check of a node's sizes or indices (one that
     onnxruntime's kernel for that node makes too), where the original ran: onnxruntime's graph optimizations

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from evonnx.errors import KernelFailure, OutputMismatch, VariantError, VerificationError
+from evonnx.errors import KernelFailure, OutputMismatch, UnloadableModel, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize, unfeedable
 from evonnx.isolate import CrashError, doing, isolated, register_library
@@ -527,7 +527,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
             return False
         if opt_sess is None:
             assert load_error is not None
-            raise VerificationError(f"onnxruntime cannot load the optimized model: {_first_line(load_error)}") \
+            raise UnloadableModel(f"onnxruntime cannot load the optimized model: {_first_line(load_error)}") \
                 from load_error
         sessions = [("", opt_sess)] if base_sess is None else [("x86-64-v3", opt_sess), ("baseline", base_sess)]
         counted = False
