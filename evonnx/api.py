@@ -33,6 +33,7 @@ from evonnx.excuses import decided_on_inexact
 from evonnx.guard import GUARD_STAGES, guard_suspects, profiled_slower, time_against_original
 from evonnx.index import Poly, Sym
 from evonnx.inputs import load_user_inputs
+from evonnx.isolate import load_failure
 from evonnx.kernels.build import DEFAULT_CUDA_ARCHS, build_model_library
 from evonnx.kernels.codegen_c import generate_source
 from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
@@ -364,7 +365,14 @@ def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
     build(None)
     onnx.save(out_model, str(staged.path(dst)))
     checked = None
-    if check:
+    if not check:
+        # no comparison was asked for, but a model onnxruntime cannot load is no model: the same error, and the
+        # same plan on the model as written, as where the check finds it
+        if result.specs or result.nms:
+            req.progress("loading the optimized model in onnxruntime")
+            if failure := load_failure(staged.path(dst), staged.path(lib), as_written.SerializeToString()):
+                raise UnloadableModel(f"onnxruntime cannot load the optimized model: {failure}")
+    else:
         try:
             checked = check_built(None)
         except KernelFailure as e:

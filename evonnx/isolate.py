@@ -245,6 +245,36 @@ def register_library(options: Any, library: str | Path) -> None:
         options.register_custom_ops_library(str(fresh))
 
 
+def load_failure(optimized: str | Path, library: str | Path, original: bytes) -> str:
+    """Why onnxruntime cannot load the model file `optimized` with its kernel library `library` while it loads the
+    model `original` (serialized): the first line of its error, or "" where it loads both, or neither (an original
+    that needs another library of custom ops, which the user registers). In the worker; a crash is a reason too."""
+    try:
+        return _load_failure(str(Path(optimized).absolute()), str(Path(library).absolute()), original)
+    except CrashError as e:
+        return str(e)
+
+
+@isolated
+def _load_failure(optimized: str, library: str, original: bytes) -> str:
+    import onnxruntime as ort
+
+    def error(model: str | bytes, library: str | None) -> str:
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        try:
+            if library is not None:
+                register_library(so, library)
+            doing("loading the optimized model" if library is not None else "loading the original model")
+            ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types; report any of them
+            return (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return ""
+
+    failure = error(optimized, library)
+    return failure if failure and not error(original, None) else ""
+
+
 def worker_tmp() -> Path | None:
     """The worker's temporary folder, while a worker runs (tests)."""
     return Path(_WORKER._tmp) if _WORKER._tmp is not None else None

@@ -246,7 +246,11 @@ def compare_models(original: bytes | str | Path, optimized: str | Path, library:
                                     providers=["CPUExecutionProvider"])
 
     doing("timing the original model")
-    ref_sess = session(original, None)
+    try:
+        ref_sess = session(original, None)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types
+        # a model with another library's custom ops, optimized with --no-check: nothing to time against
+        raise MeasureError(f"onnxruntime cannot load the original model: {str(e).splitlines()[0][:200]}") from e
     try:
         ref_out = ref_sess.run(None, dict(feeds))
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several unrelated types

@@ -359,6 +359,39 @@ def test_optimize_a_bfloat16_model_without_the_check(ws: Workspace) -> None:
     np.testing.assert_array_equal(want, -x.astype(np.float32).T)
 
 
+def _foreign_op_model(path: Path) -> Path:
+    """Abs, Neg, Sigmoid (fusable), then an op of another library's domain, which plain onnxruntime cannot load."""
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Sigmoid", ["b"], ["c"]), helper.make_node("Bar", ["c"], ["y"], domain="com.foo")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [4, 8])],
+                          [helper.make_tensor_value_info("y", F32, [4, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.foo", 1)],
+                              ir_version=8)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_optimize_a_model_with_another_librarys_op_cannot_be_checked_and_says_so(ws: Workspace) -> None:
+    src = _foreign_op_model(ws.src / "m.onnx")
+    ws.fails_cleanly(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx")],
+                     "cannot check: onnxruntime cannot load the original model")
+
+
+@pytest.mark.compiler
+def test_optimize_a_model_with_another_librarys_op_without_the_check(ws: Workspace) -> None:
+    """With --no-check it is optimized (the op left as it was) and the guard says why it timed nothing: it was an
+    internal error. The load test that --no-check still runs lets it through: neither model loads without that
+    library."""
+    src = _foreign_op_model(ws.src / "m.onnx")
+    ws.env["EVONNX_GUARD"] = "1"  # (the suite's default is off)
+    proc = ws.run(["optimize", str(src), "-o", str(ws.out / "m.opt.onnx"), "--no-check"])
+    assert proc.returncode == 0, proc.stderr
+    assert "guard: skipped: no input set runs on the original (onnxruntime cannot load the original model" \
+        in proc.stdout
+    nodes = onnx.load(ws.out / "m.opt.onnx").graph.node
+    assert [(n.domain, n.op_type) for n in nodes] == [("ai.evonnx", "Fused"), ("com.foo", "Bar")]
+
+
 @pytest.mark.compiler
 def test_optimize_build_failure_is_one_line_and_leaves_no_build_folder(ws: Workspace) -> None:
     src = _tiny(ws.src / "m.onnx")

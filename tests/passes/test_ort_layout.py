@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from evonnx.model import load_model
@@ -251,18 +252,30 @@ def _loop_over_a_float16_capture() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+@pytest.mark.parametrize("check", [True, False], ids=["check", "no-check"])
 def test_an_optimized_model_onnxruntime_cannot_load_is_planned_again_on_the_model_as_written(
-        tmp_path, monkeypatch) -> None:  # noqa: ANN001
+        tmp_path, monkeypatch, check) -> None:  # noqa: ANN001
     # the written-back rewrite of a Loop over a captured float16 tensor breaks SSA when onnxruntime loads the
     # optimized model (fuzz case 4098). With fold_like_onnxruntime's own guard for it off, optimize still succeeds:
-    # the check's "cannot load" makes it plan on the model as written
+    # the check's "cannot load" makes it plan on the model as written, and so does the load test that --no-check
+    # still runs
+    import onnxruntime as ort
+
     import evonnx
     import evonnx.passes.ort_layout as ort_layout
 
     src = tmp_path / "m.onnx"
     onnx.save(_loop_over_a_float16_capture(), str(src))
     monkeypatch.setattr(ort_layout, "_has_bodies", lambda model: False)
-    result = evonnx.optimize(src, tmp_path / "o.onnx")
-    assert result.check is not None and result.check.compared > 0
+    result = evonnx.optimize(src, tmp_path / "o.onnx", check=check)
+    assert (result.check is not None and result.check.compared > 0) == check
     names = {n.name for n in onnx.load(tmp_path / "o.onnx").graph.node}
     assert not any(n.startswith("InsertedPrecisionFreeCast_") for n in names)
+    assert any(n.op_type == "Fused" for n in onnx.load(tmp_path / "o.onnx").graph.node)
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(str(tmp_path / "o.evonnx.so"))
+    sess = ort.InferenceSession(str(tmp_path / "o.onnx"), so, providers=["CPUExecutionProvider"])
+    x = np.array(200, np.uint8)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for a, b in zip(ref, sess.run(None, {"x": x})):
+        np.testing.assert_array_equal(a, b)
