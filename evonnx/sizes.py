@@ -80,6 +80,11 @@ def _largest_tensor(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
     static = onnx.ModelProto()
     static.CopyFrom(model)
     del static.graph.value_info[:]
+    # nor the graph's outputs: ONNX's inference leaves a declared output as it is, so a tensor that is also an output
+    # went unsized, and one whose declared shape contradicts the inferred one failed the whole inference (a Gather of
+    # an [N, N] input by itself, declared [0, 0, 0], is [N, N, N]: 1 GB at N = 509; fuzz case 2726). Without them,
+    # every tensor a node writes is inferred into value_info
+    del static.graph.output[:]
     for i in static.graph.input:
         for d in i.type.tensor_type.shape.dim:
             if d.HasField("dim_param") and d.dim_param in sizes:
@@ -92,7 +97,7 @@ def _largest_tensor(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
     except Exception:  # noqa: BLE001 - an unknown size bounds nothing
         return 0
     out = 0
-    for vi in (*typed.graph.value_info, *typed.graph.output):
+    for vi in typed.graph.value_info:
         dims = vi.type.tensor_type.shape.dim
         if dims and all(d.HasField("dim_value") for d in dims):
             out = max(out, math.prod(d.dim_value for d in dims))

@@ -405,6 +405,26 @@ def test_the_large_run_keeps_a_pairwise_tensor_below_the_limit() -> None:
     assert _large_plan(free, [["N"]], {"N": 3}) == {"N": 65537}  # bounded by its input only, as before
 
 
+@pytest.mark.parametrize("declared", [None, [0, 0, 0]], ids=["unshaped", "declared-wrong"])
+def test_the_large_run_sizes_tensors_that_are_graph_outputs(declared: list[int] | None) -> None:
+    """A Gather of an [N, N] input by itself is [N, N, N], and a graph output. ONNX's inference leaves a declared
+    output as declared: it went unsized (and a declared shape of [0, 0, 0] failed the whole inference), so the large
+    run took N = 509, 1 GB per int64 tensor, and onnxruntime's arena failed the optimized model's run after the
+    original's (fuzz case 2726)."""
+    from evonnx.sizes import LARGE_TENSOR_ELEMENTS, _large_plan, _largest_tensor
+
+    i64 = TensorProto.INT64
+    graph = helper.make_graph([helper.make_node("Gather", ["x", "x"], ["g"], axis=1),
+                               helper.make_node("Neg", ["g"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", i64, ["N", "N"])],
+                              [helper.make_tensor_value_info("y", i64, declared),
+                               helper.make_tensor_value_info("g", i64, declared)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    assert _largest_tensor(model, {"N": 509}) == 509 ** 3
+    plan = _large_plan(model, [["N"]], {"N": 3})
+    assert plan is not None and 100 < plan["N"] and plan["N"] ** 3 <= LARGE_TENSOR_ELEMENTS, plan
+
+
 def test_the_size_search_stops_below_the_input_limit_and_keeps_what_ran(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Sizes that run only from 64 on (a Reshape into rows of 16, then row 0): the search tries 64, then stops
