@@ -23,6 +23,7 @@ import onnx_graphsurgeon as gs
 from evonnx.errors import (
     InvalidModelError,
     KernelFailure,
+    NodeFailure,
     OutputMismatch,
     UnloadableModel,
     UsageError,
@@ -184,11 +185,13 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                     everything = {n.name for n in original.graph.node}
                     continue
                 if isinstance(e, KernelFailure) and e.nodes and not set(e.nodes) <= set(leave):
-                    # the kernel's check is onnxruntime's node's, and the original ran there only through
-                    # onnxruntime's graph optimizations: its nodes go to onnxruntime, which serves them as it does
+                    # the kernel's check is onnxruntime's node's (or onnxruntime's node next to the kernels
+                    # failed), and the original ran there only through onnxruntime's graph optimizations: the
+                    # kernels' nodes go to onnxruntime, which serves them as it does
                     leave.update({n: f"left to onnxruntime: the original runs where the node fails without "
                                      f"onnxruntime's graph optimizations ({str(e)[:160]})" for n in e.nodes})
-                    log.info("check: %s; leaving kernel %s's %d nodes to onnxruntime", e, e.kernel, len(e.nodes))
+                    log.info("check: %s; leaving the %d nodes of %s to onnxruntime", e, len(e.nodes),
+                             f"kernel {e.kernel}" if e.kernel else "the kernels next to that node")
                     continue
                 decided, moved = set(), e.output if isinstance(e, OutputMismatch) else None
                 if moved:
@@ -375,6 +378,9 @@ def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
     else:
         try:
             checked = check_built(None)
+        except NodeFailure as e:
+            e.nodes = _next_to_failed_node(out_model, result.specs, e.text)
+            raise
         except KernelFailure as e:
             e.nodes = next((spec.source_nodes for spec in result.specs if spec.name == e.kernel), ())
             raise
@@ -387,6 +393,15 @@ def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
             checked = check_built(False)
             checked.variant_bug = str(e)
     return result, out_model, checked
+
+
+def _next_to_failed_node(out_model: onnx.ModelProto, specs: Sequence[KernelSpec], text: str) -> tuple[str, ...]:
+    """The source nodes of the kernels that feed, or read, the node of `out_model` that onnxruntime's error `text`
+    names (`Name:'...'`, matched against the graph's own names, which may hold quotes)."""
+    failed = [n for n in out_model.graph.node if n.domain != DOMAIN and f"Name:'{n.name}' " in text]
+    near = {t for n in failed for t in [*n.input, *n.output] if t}
+    kernels = {n.name for n in out_model.graph.node if n.domain == DOMAIN and near & {*n.input, *n.output}}
+    return tuple(m for spec in specs if spec.name in kernels for m in spec.source_nodes)
 
 
 def _declare_as_written(as_written: onnx.ModelProto, inferred: onnx.ModelProto, out_model: onnx.ModelProto) -> None:

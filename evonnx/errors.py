@@ -69,6 +69,18 @@ class KernelFailure(VerificationError):
         self.nodes: tuple[str, ...] = ()
 
 
+class NodeFailure(KernelFailure):
+    """The optimized model failed in a node that onnxruntime runs, where the original ran only through onnxruntime's
+    graph optimizations (it fails without them too): those optimizations do something else to the node beside a
+    fused kernel (fuzz case 1676: a float16 ScatterND with reduction runs once onnxruntime's float16 Casts surround
+    it, and they did not reach across the Fused nodes next to it). `text` is onnxruntime's error, which names the
+    node; `nodes` the source nodes of the kernels next to it (`optimize` leaves them to onnxruntime)."""
+
+    def __init__(self, message: str, text: str = "") -> None:
+        super().__init__(message)
+        self.text = text
+
+
 class VariantError(VerificationError):
     """Only the x86-64-v3 variant of the CPU kernels differs from onnxruntime; the baseline variant matches on every
     run. That is a compiler bug in the v3 build (gcc 12.2, as Debian 12 ships it, drops the permutation of

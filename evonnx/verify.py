@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from evonnx.errors import KernelFailure, OutputMismatch, UnloadableModel, VariantError, VerificationError
+from evonnx.errors import KernelFailure, NodeFailure, OutputMismatch, UnloadableModel, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize, unfeedable
 from evonnx.isolate import CrashError, doing, isolated, register_library
@@ -241,8 +241,6 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
         result.max_rel_err = max(result.max_rel_err, float(np.nanmax(np.where(np.abs(ref[finite]) > atol, rel, 0))))
 
 
-
-
 def _large_integers_round(ref: np.ndarray, got: np.ndarray, result: CheckResult) -> bool:
     """Whether the integer output of an inexact kernel differs only where float32 rounding shows in a large
     integer: within float32's relative tolerance of onnxruntime's value (never at magnitudes below 1 / RTOL,
@@ -260,19 +258,21 @@ def _large_integers_round(ref: np.ndarray, got: np.ndarray, result: CheckResult)
     return True
 
 
-def _run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str) -> dict[str, np.ndarray] | None:
-    """onnxruntime's outputs of `model` (a reference spelled from the original) by name, or None where it cannot
-    load or run it: a reference that does not run excuses nothing. A run that fails in onnxruntime's memory planner
-    (`REUSE_ERROR`: a buffer planned for an inferred shape, re-used for an empty-input quirk's other shape) is run
-    again with buffer re-use off, which changes no value of a run that completes: the extra outputs a reference adds
-    change the plan, so the original may fail where the reference would not, or the other way round (fuzz case
-    202)."""
+def _run_reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], what: str,
+                   optimize: bool = True) -> dict[str, np.ndarray] | None:
+    """onnxruntime's outputs of `model` (a reference spelled from the original; without graph optimizations where
+    `optimize` is False) by name, or None where it cannot load or run it: a reference that does not run excuses
+    nothing. A run that fails in onnxruntime's memory planner (`REUSE_ERROR`: a buffer planned for an inferred
+    shape, re-used for an empty-input quirk's other shape) is run again with buffer re-use off, which changes no
+    value of a run that completes (fuzz case 202: the extra outputs a reference adds change the plan)."""
     import onnxruntime as ort
 
     for reuse in (True, False):
         so = ort.SessionOptions()
         so.log_severity_level = 4
         so.enable_mem_reuse = reuse
+        if not optimize:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             doing(f"running the original model {what}")
             sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -543,6 +543,8 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                     message = f"the optimized model fails where the original runs ({label}{where}): {_first_line(e)}"
                     if (fused := _KERNEL_CHECK.search(str(e))) is not None:
                         raise KernelFailure(message, fused.group(1)) from e
+                    if _run_reference(original, feeds, "without graph optimizations", optimize=False) is None:
+                        raise NodeFailure(message, str(e)) from e
                     raise VerificationError(message) from e
                 scratch = CheckResult()
                 compare(feeds, refs, gots, scratch if counted else result, variant)

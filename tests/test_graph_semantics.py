@@ -187,3 +187,47 @@ def test_an_input_without_a_shape_is_checked_at_the_shape_the_user_names(tmp_pat
     so.log_severity_level = 4
     want = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(evonnx.load_session(dst).run(None, {"x": x})[0], want, rtol=1e-6)  # Exp: 1 ulp
+
+
+def test_a_node_that_runs_only_through_onnxruntimes_rewrite_keeps_its_neighbours(tmp_path: Path) -> None:
+    """A float16 ScatterND with reduction min has no kernel in onnxruntime 1.31 ("MLFloat16 data type is not
+    supported"). The original runs only through onnxruntime's optimizations: they inline the If of a constant
+    condition, and its float16 Casts then take the whole chain, ScatterND included, to float32. evonnx plans on the
+    model as written (a rewrite with bodies and those Casts), and with Fused nodes next to the ScatterND the Casts
+    stop at them: the optimized model failed where the original runs (fuzz case 1676). The check's failure names the
+    node; the kernels next to it go back to onnxruntime, and the model matches."""
+    f16 = TensorProto.FLOAT16
+
+    def branch(op: str, *args: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, list(args), ["t"])], op, [],
+                                 [helper.make_tensor_value_info("t", f16, None)])
+
+    nodes = [helper.make_node("If", ["cond"], ["a"], then_branch=branch("Add", "x", "x"),
+                              else_branch=branch("Add", "x", "x")),
+             helper.make_node("Slice", ["a", "zero", "three", "zero"], ["s"]),
+             helper.make_node("Neg", ["s"], ["u"]),
+             helper.make_node("ScatterND", ["a", "rows", "u"], ["w"], reduction="min"),
+             helper.make_node("Abs", ["w"], ["b"]), helper.make_node("Neg", ["b"], ["y"]),
+             # an If onnxruntime keeps: its rewrite has a body, and evonnx plans on the model as written
+             helper.make_node("Size", ["x"], ["n"]), helper.make_node("Greater", ["n", "twenty"], ["big"]),
+             helper.make_node("If", ["big"], ["z"], then_branch=branch("Neg", "x"), else_branch=branch("Abs", "x"))]
+    consts = [numpy_helper.from_array(np.array(False), "cond"), numpy_helper.from_array(np.array(20), "twenty"),
+              numpy_helper.from_array(np.array([0], np.int64), "zero"),
+              numpy_helper.from_array(np.array([3], np.int64), "three"),
+              numpy_helper.from_array(np.array([[3], [2], [1]], np.int64), "rows")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f16, ["N", 4])],
+                          [helper.make_tensor_value_info("y", f16, ["N", 4]),
+                           helper.make_tensor_value_info("z", f16, ["N", 4])], consts)
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), src)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = np.arange(20, dtype=np.float16).reshape(5, 4) - 7
+    with pytest.raises(Exception, match="MLFloat16 data type is not supported"):
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    result = evonnx.optimize(src, tmp_path / "o.onnx", sizes={"N": 5}, guard=False)
+    assert result.check is not None and result.check.compared > 0
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = evonnx.load_session(tmp_path / "o.onnx").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+    assert {"Slice", "Neg", "Abs"} <= {n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node}
