@@ -16,27 +16,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evonnx.expr import (
-    ONNX_CODE,
-    Expr,
-    Op,
-    Reduce,
-    children,
-    free_vars,
-    substitute,
-    walk,
-)
-from evonnx.index import (
-    SIZE_MAX,
-    Atom,
-    FloorDiv,
-    Mod,
-    Poly,
-    Sym,
-    Var,
-    product,
-    subs,
-)
+from evonnx.expr import ONNX_CODE, Expr, Op, Reduce, children, free_vars, substitute, walk
+from evonnx.index import SIZE_MAX, Atom, FloorDiv, Mod, Poly, Sym, Var, product, subs
 from evonnx.kernels.boxes import box_block
 from evonnx.kernels.carry import JLOOP, plan_carries, render
 from evonnx.kernels.cprint import CTYPE, Hoist, Names, lane_groups, lane_reduce, print_expr, print_poly, with_binding
@@ -66,6 +47,7 @@ from evonnx.kernels.schedule import (
 )
 from evonnx.kernels.share import Canon, argmax_from_max
 from evonnx.kernels.tiles import JTILE, TILE, TILE_ITEMSIZE, merged_inner, merged_tile_axis, row_start, tile_axis
+from evonnx.kernels.unswitch import invariant_guards, unswitched_loop
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
 
@@ -171,6 +153,10 @@ class _Kernel:
         carries = plan_carries(jv, set(cvars), roots) if boxes is None and jv is not None else None
         loop = (render(carries, names, lambda: _body(roots, targets, names, jv)[1], body) if carries is not None
                 else f"{boxes.loop if boxes is not None else JLOOP}\n{body}\n        }}")
+        if boxes is None and carries is None and jv is not None and (
+                conds := invariant_guards(roots, jv, {v for v in cvars if v != jv})):
+            # each row decides its guarded selects once, and its loop reads unconditionally (kernels/unswitch.py)
+            loop, row_body = unswitched_loop(conds, roots, names, lambda rs: _body(rs, targets, names, jv)), ""
         self.tasks.append(template("task.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng, bindings=self._bindings(),
             inner_extent=print_poly(inner_ext, names), unravel=unravel, loop=loop, row_body=row_body, advance=advance))
