@@ -6,14 +6,13 @@ so `import evonnx` stays light): it orchestrates them, and the CLI only calls it
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -181,7 +180,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                     # model as written instead
                     log.info("check: %s; planning on the model as written", e)
                     original = inferred
-                    request = dataclasses.replace(request, original=inferred)
+                    request = replace(request, original=inferred)
                     everything = {n.name for n in original.graph.node}
                     continue
                 if isinstance(e, KernelFailure) and e.nodes and not set(e.nodes) <= set(leave):
