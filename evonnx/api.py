@@ -38,7 +38,7 @@ from evonnx.kernels.build import DEFAULT_CUDA_ARCHS, build_model_library
 from evonnx.kernels.codegen_c import generate_source
 from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
 from evonnx.measure import Comparison, MeasureError
-from evonnx.model import DOMAIN, load_model, outputs_untouched_by, overridable
+from evonnx.model import DOMAIN, exact_outputs, load_model, overridable
 from evonnx.passes.lower_gathers import enabled as runtime_gathers_enabled
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.passes.pipeline import PipelineResult, run_pipeline
@@ -101,9 +101,8 @@ def _folded_away(as_written: onnx.ModelProto, planned: onnx.ModelProto) -> list[
 
 
 def _exact_outputs(model: onnx.ModelProto, specs: Sequence[KernelSpec]) -> set[str]:
-    """Graph outputs no inexact kernel contributes to: they must match the original bit for bit."""
-    inexact = {s.name for s in specs if not s.exact}
-    return outputs_untouched_by(model, lambda n: n.domain == DOMAIN and n.name in inexact)
+    """Graph outputs that must match the original bit for bit (`model.exact_outputs`)."""
+    return exact_outputs(model, {s.name for s in specs if not s.exact})
 
 
 def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = True,
