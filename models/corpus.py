@@ -6,14 +6,15 @@ Usage (with the corpus venv described in models/README.md, "Whole-model corpus")
     python models/corpus.py --out /tmp/corpus --only yolov8n --only retinanet_resnet50_fpn_hot
     python models/corpus.py --list                # entries, whether each file exists, recorded status
     python models/corpus.py --codebase yolox --codebase detr   # only the entries of those code bases
+    python models/corpus.py --codebase transformers --out /tmp/hfcorp   # the Hugging Face transformers models
 
-Every model is built with random weights (ultralytics from its YAML configs, torchvision with
-``weights=None, weights_backbone=None``) after ``torch.manual_seed(SEED)``, so nothing is downloaded, and
-a rerun gives the same bytes (the script restarts itself with ``PYTHONHASHSEED=0``; see the end). Each
-entry is exported into ``<out>/<name>.onnx`` (one file, no external data), checked with ``onnx.checker``,
-run once in onnxruntime (CPU) on its input recipe, and recorded in ``<out>/corpus.json``. An entry whose
-file still has the recorded hash, or whose export failed under the same package versions, is skipped
-unless ``--force``. An exporter failure is an entry with ``"status": "export_failed"`` and a one-line
+Every model is built with random weights (ultralytics from its YAML configs, torchvision with ``weights=None,
+weights_backbone=None``, transformers from config objects in code) after ``torch.manual_seed(SEED)``, so
+nothing is downloaded, and a rerun gives the same bytes (the script restarts itself with ``PYTHONHASHSEED=0``;
+see the end). Each entry is exported into ``<out>/<name>.onnx`` (one file, no external data), checked with
+``onnx.checker``, run once in onnxruntime (CPU) on its input recipe, and recorded in ``<out>/corpus.json``. An
+entry whose file still has the recorded hash, or whose export failed under the same package versions, is
+skipped unless ``--force``. An exporter failure is an entry with ``"status": "export_failed"`` and a one-line
 reason, never a silent gap.
 """
 
@@ -45,14 +46,19 @@ DEFAULT_OUT = Path(os.environ.get("EVONNX_CACHE_DIR")
 TS_OPSET = 17  # TorchScript exporter, as torchvision's own ONNX tests and most user recipes
 DYNAMO_OPSET = 18  # the dynamo exporter's own default
 HOT_BIAS = 4.0
-VERSIONED = ("torch", "torchvision", "ultralytics", "onnx", "onnxruntime", "onnxscript", "onnxslim", "numpy")
+VERSIONED = ("torch", "torchvision", "ultralytics", "transformers", "onnx", "onnxruntime", "onnxscript", "onnxslim",
+             "numpy")
 
 # ultralytics reads these when it is imported: no DNS probe, no pip, settings outside the user's home
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_AUTOINSTALL", "False")
+# transformers / huggingface_hub: never reach the hub (every transformers model is built from a config in code)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import corpus_convert  # noqa: E402
 import corpus_heads  # noqa: E402  (models/ is sys.path[0] when this file runs as a script)
+import corpus_transformers  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -64,23 +70,28 @@ class Entry:
     """One corpus model: how to build and export it, and the input its recipe describes."""
 
     name: str
-    codebase: str  # "ultralytics" | "torchvision" | a corpus_heads code base ("mmdetection", "mmyolo", ...)
-    arch: str  # ultralytics YAML, the torchvision constructor name, or a corpus_heads.HEADS name
+    codebase: str  # "ultralytics" | "torchvision" | "transformers" | a corpus_heads code base ("mmdetection", ...)
+    arch: str  # ultralytics YAML, torchvision constructor, corpus_heads.HEADS or corpus_transformers.MODELS name
     exporter: str  # "ultralytics" | "torchscript" | "dynamo"
     description: str
-    image_shape: tuple[int, ...]  # the recipe's input shape (NCHW for ultralytics, CHW for torchvision; heads: ())
+    image_shape: tuple[int, ...]  # the recipe's input shape (NCHW: ultralytics, transformers; CHW: torchvision;
+    #                               heads: ())
     dynamic: bool = False
     nms: bool = False
     hot: bool = False
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra ultralytics export() arguments
     check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
-    opset: int = 0  # heads: the opset asked of the exporter (0: the exporter's default for its kind)
-    check_batches: tuple[int, ...] = ()  # heads with a symbolic batch: more batch sizes for ort_check
+    opset: int = 0  # heads, transformers: the opset asked of the exporter (0: the exporter's default for its kind)
+    check_batches: tuple[int, ...] = ()  # heads, transformers with a symbolic batch: more batch sizes for ort_check
     convert: str = ""  # then "qdq" (onnxruntime's static quantizer) or "fp16" (onnxconverter-common): corpus_convert
 
     @property
     def is_head(self) -> bool:
         return self.arch in corpus_heads.HEADS_BY_NAME
+
+    @property
+    def is_transformers(self) -> bool:
+        return self.codebase == "transformers"
 
 
 def _ultralytics_entries() -> list[Entry]:
@@ -168,7 +179,32 @@ def _head_entries() -> list[Entry]:
     return out
 
 
-ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries() + _head_entries())
+# (corpus_transformers.MODELS name, exporter, opset, dynamic batch): both exporters for the DETR, RT-DETR and
+# YOLOS families; TorchScript at 17 (18 once), dynamo at 18 (its default and lowest, see corpus_heads.VARIANTS)
+TRANSFORMERS: tuple[tuple[str, str, int, bool], ...] = (
+    ("detr", "torchscript", 17, False), ("detr", "torchscript", 17, True), ("detr", "dynamo", 18, False),
+    ("conditional_detr", "torchscript", 17, False),
+    ("deformable_detr", "torchscript", 17, False), ("deformable_detr", "dynamo", 18, False),
+    ("rtdetr", "torchscript", 17, False), ("rtdetr", "torchscript", 17, True), ("rtdetr", "dynamo", 18, True),
+    ("rtdetr_v2", "torchscript", 18, False),
+    ("yolos", "torchscript", 17, False), ("yolos", "dynamo", 18, False),
+)
+
+
+def _transformers_entries() -> list[Entry]:
+    out: list[Entry] = []
+    for arch, exporter, opset, dyn in TRANSFORMERS:
+        m = corpus_transformers.MODELS_BY_NAME[arch]
+        tag = "ts" if exporter == "torchscript" else "dynamo"
+        out.append(Entry(
+            f"hf_{arch}_{tag}{opset}" + ("_dynamic" if dyn else ""), "transformers", arch, exporter,
+            f"transformers {m.model_class}: {m.what}" + (", dynamic batch" if dyn else ", static batch 1"),
+            (1, 3, *m.image), dynamic=dyn, opset=opset, check_batches=(3,) if dyn else ()))
+    return out
+
+
+ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries() + _head_entries()
+                                   + _transformers_entries())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -335,20 +371,44 @@ def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     return {"codebase": "torchvision", "version": torchvision.__version__, "call": call, "notes": notes}
 
 
+def _strip_and_save(tmp: Path, dst: Path) -> None:
+    """As _export_torchvision: the dynamo exporter's per-node stack traces hold absolute paths; drop them."""
+    m = onnx.load(str(tmp))
+    for node in m.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    m.graph.doc_string = ""
+    m.doc_string = ""
+    onnx.save(m, str(dst))
+
+
 def _export_head(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     """A corpus_heads module through torch.onnx.export, as the entry's exporter and opset say."""
     tmp = stage / "model.onnx"
     head = corpus_heads.HEADS_BY_NAME[e.arch]
     with _exporter_call():
         source = corpus_heads.export(head, e.exporter, e.opset, e.dynamic, str(tmp), SEED)
-    m = onnx.load(str(tmp))
-    for node in m.graph.node:  # as _export_torchvision: the dynamo exporter's stack traces hold absolute paths
-        del node.metadata_props[:]
-        node.doc_string = ""
-    m.graph.doc_string = ""
-    m.doc_string = ""
-    onnx.save(m, str(dst))
+    _strip_and_save(tmp, dst)
     source["version"] = f"{source['version']}; torch {torch.__version__}"
+    return source
+
+
+def _export_transformers(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    """A transformers detector wrapped with its post-processing (corpus_transformers.Detect), through
+    torch.onnx.export as the entry's exporter and opset say."""
+    tmp = stage / "model.onnx"
+    m = corpus_transformers.MODELS_BY_NAME[e.arch]
+    with _exporter_call():
+        source = corpus_transformers.export(m, e.exporter, e.opset, e.dynamic, str(tmp), SEED)
+    _strip_and_save(tmp, dst)
+    source["version"] = f"{source['version']}; torch {torch.__version__}"
+    g = onnx.load(str(dst), load_external_data=False).graph
+    static = [vi.name for vi in g.input if vi.type.tensor_type.shape.dim[0].HasField("dim_value")]
+    if e.dynamic and static:
+        # torch.onnx's non-strict capture retries a ConstraintViolation with torch.export's suggested fixes
+        # ("batch = 2"): the file has a static batch although a dynamic one was asked for. Kept and said.
+        source["notes"] += (f"; dynamic batch asked, but inputs {static} have a static batch in the graph (the "
+                            "exporter specialized it without an error)")
     return source
 
 
@@ -381,6 +441,18 @@ def _recipe(e: Entry) -> dict[str, Any]:
         if e.check_batches:
             h["also_checked_batches"] = list(e.check_batches)
         return h
+    if e.is_transformers:
+        sizes = list(corpus_transformers.TARGET_SIZES)
+        t: dict[str, Any] = {"kind": "image_and_sizes", "batch": 1, "seed": SEED, "range": [0, 1],
+                             "shape": list(e.image_shape),
+                             "distribution": f"pixel_values: numpy.random.default_rng({SEED}).random((batch, "
+                                             f"*shape[1:]), dtype=numpy.float32); target_sizes: int64 {sizes} (h, w) "
+                                             "per image",
+                             "note": "pixel_values as the image processor leaves them would be normalized; the graph "
+                                     "does not normalize, so any float image works"}
+        if e.check_batches:
+            t["also_checked_batches"] = list(e.check_batches)
+        return t
     r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float16" if e.convert == "fp16" else "float32",
                          "shape": list(e.image_shape),
                          "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"}
@@ -400,6 +472,11 @@ def _check_feeds(e: Entry, first_input: str) -> Iterator[tuple[list[int], dict[s
         for batch in (1, *e.check_batches):
             feeds = corpus_heads.sample_inputs(specs, SEED, batch)
             yield list(next(iter(feeds.values())).shape), feeds
+        return
+    if e.is_transformers:
+        for batch in (1, *e.check_batches):
+            image, sizes = corpus_transformers.example_inputs(corpus_transformers.MODELS_BY_NAME[e.arch], batch, SEED)
+            yield list(image.shape), {"pixel_values": image, "target_sizes": sizes}
         return
     for shape in (e.image_shape, *e.check_shapes):
         image = np.random.default_rng(SEED).random(shape, dtype=np.float32)
@@ -523,7 +600,7 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
         staged = stage / "final.onnx"
         try:
             fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
-                _export_head if e.is_head else
+                _export_head if e.is_head else _export_transformers if e.is_transformers else
                 _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
