@@ -16,7 +16,7 @@ from evonnx.isolate import CrashError, doing, isolated
 
 log = logging.getLogger(__name__)
 
-OPSET_MIN = 13
+OPSET_MIN = 7  # onnxruntime's oldest; a node whose definition there is older than evonnx's is left (analyze)
 # The op definitions evonnx implements, reviewed up to this opset: from 22 to 26 the ops it lowers changed only
 # their element types (bfloat16, float8, int4, float4, int2 added), and Cast-24's `round_mode` rounds only to
 # float8e8m0, a type evonnx never fuses. A node whose definition at the model's opset is newer (Range-27, Mod-28,

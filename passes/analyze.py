@@ -506,14 +506,27 @@ def _since_version(op: str, opset: int) -> int | None:
         return None
 
 
+# The oldest definition of an op whose semantics evonnx's lowering implements, where that is not the op's
+# definition at opset 11 (every other op's older definitions, up to opset 13, differ from 11's in element types
+# only, or take as attributes what the lowering reads either way: Squeeze, Unsqueeze and Split's axes and sizes,
+# ReduceSum's axes). Softmax, LogSoftmax before 13 flatten the input into 2-D at the axis and normalise over all
+# the dims after it together. Squeeze-1, Unsqueeze-1 and Split-2 are -11 without negative axes.
+OLDEST_DEFINITION = {"Softmax": 13, "LogSoftmax": 13, "Squeeze": 1, "Unsqueeze": 1, "Split": 2}
+
+
 def _newer_definition(node: gs.Node, opset: int) -> Reject | None:
-    """A Reject for a node whose definition at the model's opset is newer than those evonnx implements."""
+    """A Reject for a node whose definition at the model's opset is newer than those evonnx implements, or older
+    (`OLDEST_DEFINITION`; before opset 11, Slice-1's attributes, Clip-6's and the like)."""
     if node.domain not in (None, "", "ai.onnx") or node.op not in LOWER:
         return None
     since = _since_version(node.op, opset)
     if since is not None and since > REVIEWED_OPSET:
         return Reject(f"{node.op}-{since} (the definition at opset {opset}) is newer than those evonnx implements "
                       f"(up to opset {REVIEWED_OPSET})")
+    oldest = OLDEST_DEFINITION.get(node.op, _since_version(node.op, 11))
+    if since is not None and oldest is not None and since < oldest:
+        return Reject(f"{node.op}-{since} (the definition at opset {opset}) is older than those evonnx implements "
+                      f"({node.op}-{oldest} and later)")
     return None
 
 

@@ -80,6 +80,8 @@ def _squeeze(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[
     x = args[0]
     if len(args) > 1 and args[1] is not None:
         axes = {norm_axis(a, x.rank, op) for a in const_ints(vals[1], "Squeeze axes")}
+    elif "axes" in attrs:  # Squeeze-1 and -11: an attribute
+        axes = {norm_axis(int(a), x.rank, op) for a in attrs["axes"]}
     else:
         if any(d.const is None for d in x.shape):
             raise Reject("Squeeze without axes on a symbolic shape")
@@ -92,8 +94,10 @@ def _squeeze(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[
 
 def _unsqueeze(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[Lazy]:
     x = args[0]
-    rank = x.rank + len(const_ints(vals[1], "Unsqueeze axes"))
-    axes = sorted(norm_axis(a, rank, op) for a in const_ints(vals[1], "Unsqueeze axes"))
+    given = (const_ints(vals[1], "Unsqueeze axes") if len(args) > 1 and args[1] is not None
+             else [int(a) for a in attrs.get("axes", [])])  # Unsqueeze-1 and -11: an attribute
+    rank = x.rank + len(given)
+    axes = sorted(norm_axis(a, rank, op) for a in given)
     dims = list(x.shape)
     for a in axes:
         dims.insert(a, Poly.of(1))
@@ -246,6 +250,8 @@ def _split(op: str, attrs: Attrs, args: Args, vals: Vals, n_out: int) -> list[La
     d = x.shape[axis]
     if len(args) > 1 and args[1] is not None:
         sizes = ints(vals[1], "Split sizes")
+    elif "split" in attrs:  # Split-2 and -11: an attribute
+        sizes = [Poly.of(int(v)) for v in attrs["split"]]
     else:
         n = int(attrs.get("num_outputs", n_out))
         if d.const is None:

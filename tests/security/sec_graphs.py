@@ -310,8 +310,10 @@ def cases(draw: Callable, canary: Canary, adversarial: bool | None = None, max_s
     adv = draw(st.integers(0, 3)) > 0 if adversarial is None else adversarial
     names = Names(draw, canary, adv)
     # the opsets of both torch exporters' defaults, and newer ones that onnxruntime 1.31 runs (Cast, Reshape,
-    # Squeeze, Transpose, Flatten, Shape, Size, ConstantOfShape ... have new versions at 19, 21, 23, 24, 25)
-    opset = draw(st.sampled_from([18, 18, 13, 17, 18, 13, 17, 20, 21, 23, 25]))
+    # Squeeze, Transpose, Flatten, Shape, Size, ConstantOfShape ... have new versions at 19, 21, 23, 24, 25), and
+    # 11 and 12 (mmdeploy's, older YOLOv5 exports): their ops with inputs that were attributes then (Squeeze,
+    # Unsqueeze, Split, ReduceSum axes) fail the checker as drawn, and the graph is refused (wasted, not wrong)
+    opset = draw(st.sampled_from([18, 18, 13, 17, 18, 13, 17, 20, 21, 23, 25, 11, 12]))
     b = Builder(draw, names, opset)
     symbols = [names("N"), names("M")][: draw(st.integers(1, 2))]
     dim_st = st.one_of(st.sampled_from(symbols), st.sampled_from([4, 1, 2, 3, 8, 1000, 0]))
