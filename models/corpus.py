@@ -382,26 +382,27 @@ def _strip_and_save(tmp: Path, dst: Path) -> None:
     onnx.save(m, str(dst))
 
 
-def _export_head(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
-    """A corpus_heads module through torch.onnx.export, as the entry's exporter and opset say."""
+def _export_module(export: Callable[..., dict[str, Any]], module: Any, e: Entry, dst: Path,
+                   stage: Path) -> dict[str, Any]:
+    """`export(module, exporter, opset, dynamic, path, seed)` of a corpus module (corpus_heads, corpus_transformers)
+    through torch.onnx.export, as the entry's exporter and opset say, saved without its exporter's metadata."""
     tmp = stage / "model.onnx"
-    head = corpus_heads.HEADS_BY_NAME[e.arch]
     with _exporter_call():
-        source = corpus_heads.export(head, e.exporter, e.opset, e.dynamic, str(tmp), SEED)
+        source = export(module, e.exporter, e.opset, e.dynamic, str(tmp), SEED)
     _strip_and_save(tmp, dst)
     source["version"] = f"{source['version']}; torch {torch.__version__}"
     return source
 
 
+def _export_head(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    """A corpus_heads module through torch.onnx.export, as the entry's exporter and opset say."""
+    return _export_module(corpus_heads.export, corpus_heads.HEADS_BY_NAME[e.arch], e, dst, stage)
+
+
 def _export_transformers(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     """A transformers detector wrapped with its post-processing (corpus_transformers.Detect), through
     torch.onnx.export as the entry's exporter and opset say."""
-    tmp = stage / "model.onnx"
-    m = corpus_transformers.MODELS_BY_NAME[e.arch]
-    with _exporter_call():
-        source = corpus_transformers.export(m, e.exporter, e.opset, e.dynamic, str(tmp), SEED)
-    _strip_and_save(tmp, dst)
-    source["version"] = f"{source['version']}; torch {torch.__version__}"
+    source = _export_module(corpus_transformers.export, corpus_transformers.MODELS_BY_NAME[e.arch], e, dst, stage)
     g = onnx.load(str(dst), load_external_data=False).graph
     static = [vi.name for vi in g.input if vi.type.tensor_type.shape.dim[0].HasField("dim_value")]
     if e.dynamic and static:
