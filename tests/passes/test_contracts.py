@@ -57,3 +57,15 @@ def test_a_node_reading_an_uncomputed_tensor_breaks_the_rewrite(result: Pipeline
     g.nodes.insert(0, gs.Node("Neg", "early", inputs=[g.nodes[-1].outputs[0]], outputs=[gs.Variable("neg_out")]))
     with pytest.raises(InternalError, match="after rewrite: node 'early' .* before anything computes it"):
         contracts.after_rewrite(g, result.specs)
+
+
+def test_an_integer_division_by_a_known_zero_is_not_folded() -> None:
+    """onnxruntime fails the Run of an integer Div by 0 wherever an element is computed, so the division stays for
+    the kernel's run-time check (evo_nz): folded to 0, a Div of known zeros over a symbolic shape returned zeros
+    where onnxruntime failed (fuzz case 185). A nonzero divisor folds, truncating as C does."""
+    from evonnx.expr import Const, Op, binary
+
+    for dtype in ("int32", "int64", "uint8"):
+        assert isinstance(binary("div", Const(0, dtype), Const(0, dtype)), Op)
+        assert isinstance(binary("div", Const(7, dtype), Const(0, dtype)), Op)
+    assert binary("div", Const(-7, "int32"), Const(2, "int32")) == Const(-3, "int32")
