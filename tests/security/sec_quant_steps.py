@@ -50,7 +50,8 @@ class QuantSteps:
         low, high = (0, 255) if qtype == "uint8" else (-128, 127)
         n = int(np.prod(shape))
         w = np.array(self.draw(st.lists(st.integers(low, high), min_size=n, max_size=n)), qtype).reshape(shape)
-        axis = self.draw(st.integers(-len(shape), len(shape) - 1)) if self.draw(st.booleans()) else None
+        per_axis = self.opset >= 13 and self.draw(st.booleans())  # per-axis scales came with opset 13
+        axis = self.draw(st.integers(-len(shape), len(shape) - 1)) if per_axis else None
         channels = shape[axis] if axis is not None else None
         scale, zero = self._scale_and_zero(qtype, channels)
         attrs = {"axis": axis} if axis is not None else {}
