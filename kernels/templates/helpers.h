@@ -72,6 +72,65 @@ EVO_FN float evo_sigmoid_f32(float x) {
     return 0.0f > r ? 0.0f : r;
 }
 #endif
+#ifdef __CUDACC__
+EVO_FN float evo_erf_f32(float x) { return erff(x); }
+#else
+/* onnxruntime's CPU Erf is MLAS's erf kernel (its FMA3 kernel on x86-64 with AVX2): |x| clamped to 3.925 (NaN
+ * stays NaN), below 0.921875 an odd polynomial in |x|, above it 1 - exp(-q(|x|)) with MLAS's own exp (a
+ * Cody-Waite reduction by ln 2 and a degree-6 polynomial, scaled by 2^n through the exponent bits), the sign of x
+ * put back. The same steps with exact fmaf: bit-identical to onnxruntime 1.31 on 18 M floats, specials included
+ * (tests/security/test_special_values.py), where libm's erff is 1 ulp off for a sixth of floats, and scalar
+ * (YOLOS's GELU kernels ran at 3x onnxruntime's five nodes). Both branches are computed and merged by bit masks,
+ * as MLAS does, so gcc vectorises it: 0.8 ms on 864 K floats against MLAS's 0.45 (1.0 ms with selects, 5 ms with
+ * erff). The big branch sees 0 below the split and gives exactly +0 there. MLAS clamps -q at -88.38 before its
+ * exp; -q is at least -16 for |x| <= 3.925, so that clamp changes nothing and is left out. Erf stays an inexact
+ * op for the check. */
+EVO_FN float evo_erf_f32(float x) {
+    uint32_t ux, bits;
+    __builtin_memcpy(&ux, &x, sizeof ux);
+    bits = ux & 0x7fffffffu;
+    float ax, b, scale;
+    __builtin_memcpy(&ax, &bits, sizeof ax);
+    const float a = 3.925f < ax ? 3.925f : ax;
+    const float s = a * a;
+    float p = EVO_FMAF(-5.99104969e-4f, s, 4.99339588e-3f);
+    p = EVO_FMAF(p, s, -2.67667342e-2f);
+    p = EVO_FMAF(p, s, 1.12818025e-1f);
+    p = EVO_FMAF(p, s, -3.76124859e-1f);
+    p = EVO_FMAF(p, s, 1.28379151e-1f);
+    p = EVO_FMAF(p, a, a);
+    const uint32_t big = 0u - (uint32_t)(0.921875f <= a); /* all ones above the split */
+    __builtin_memcpy(&bits, &a, sizeof bits);
+    bits &= big;
+    __builtin_memcpy(&b, &bits, sizeof b);
+    float q = EVO_FMAF(1.72948930e-5f, b, -3.83208680e-4f);
+    q = EVO_FMAF(q, b, 3.88393435e-3f);
+    q = EVO_FMAF(q, b, -2.42545605e-2f);
+    q = EVO_FMAF(q, b, 1.06777847e-1f);
+    q = EVO_FMAF(q, b, 6.34846687e-1f);
+    q = EVO_FMAF(q, b, 1.28717512e-1f);
+    q = -EVO_FMAF(q, b, b);
+    const float n = EVO_FMAF(1.44269504088896341f, q, 12582912.0f) - 12582912.0f; /* round(q / ln 2) */
+    float f = EVO_FMAF(n, -6.93145752e-1f, q);
+    f = EVO_FMAF(n, -1.42860677e-6f, f);
+    float e = EVO_FMAF(1.38319808e-3f, f, 8.37550033e-3f);
+    e = EVO_FMAF(e, f, 4.16689515e-2f);
+    e = EVO_FMAF(e, f, 1.66664466e-1f);
+    e = EVO_FMAF(e, f, 4.99999851e-1f);
+    e = EVO_FMAF(e, f, 1.0f);
+    e = EVO_FMAF(e, f, 1.0f);
+    bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n */
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    const float y = 1.0f - e * scale;
+    uint32_t yb, pb;
+    __builtin_memcpy(&yb, &y, sizeof yb);
+    __builtin_memcpy(&pb, &p, sizeof pb);
+    bits = (yb & big) | (pb & ~big) | (ux & 0x80000000u);
+    float r;
+    __builtin_memcpy(&r, &bits, sizeof r);
+    return r;
+}
+#endif
 EVO_FN double evo_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 EVO_FN float evo_softplus_f32(float x) { return x > 0.0f ? x + log1pf(evo_expf(-x)) : log1pf(evo_expf(x)); }
 /* onnxruntime's double Softplus is log(exp(x) + 1): inf above x = 709.78, where the float one stays finite */
