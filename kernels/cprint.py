@@ -581,8 +581,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         return f"evo_expf({a[0]})"
     if op == "log" and src == "float32":
         return f"evo_logf({a[0]})"
-    if op == "erf" and src == "float32":
-        return f"evo_erf_f32({a[0]})"
+    if op in ("erf", "tanh") and src == "float32":
+        return f"evo_{op}_f32({a[0]})"
     if op in _MATH1:
         return f"{_MATH1[op]}{'f' if src == 'float32' else ''}({a[0]})"
     raise TypeError(f"cannot print operation {op}")

@@ -233,20 +233,22 @@ def test_scatternd_duplicate_indices_stay_with_onnxruntime() -> None:
     assert isinstance(lowered[scatter.name], Reject) and "more than once" in lowered[scatter.name].reason
 
 
-# (op, top of the |x| range, special values): the sigmoid clamps |x| at 18, erf at 3.925 and splits at 0.921875
+# (op, top of the |x| range, special values): the sigmoid clamps |x| at 18, erf at 3.925 and splits at 0.921875,
+# tanh clamps at 9
 MLAS_FUNCTIONS = [
     ("Sigmoid", 19.0, [18.0, -18.0, 25.0, -25.0]),
     ("Erf", 4.5, [0.921875, -0.921875, np.nextafter(np.float32(0.921875), 0), 3.925, -3.925, 4.0, -4.0]),
+    ("Tanh", 10.0, [9.0, -9.0, np.nextafter(np.float32(9.0), 0), 12.0, -12.0]),
 ]
 
 
 @pytest.mark.parametrize("op,top,edges", MLAS_FUNCTIONS, ids=[f[0] for f in MLAS_FUNCTIONS])
 def test_mlas_functions_bit_for_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str, top: float,
                                     edges: list[float]) -> None:
-    """evo_sigmoid_f32 and evo_erf_f32 reproduce MLAS's logistic and erf kernels (kernels/templates/helpers.h):
-    every 97th float bit pattern with |x| in [1e-8, top], both signs, and special values, through Neg -> op -> Neg
-    fused, against onnxruntime, bit for bit (NaN included), in both CPU variants (the check runs both; the baseline
-    one a NaN for a NaN)."""
+    """evo_sigmoid_f32, evo_erf_f32 and evo_tanh_f32 reproduce MLAS's logistic, erf and tanh kernels
+    (kernels/templates/helpers.h): every 97th float bit pattern with |x| in [1e-8, top], both signs, and special
+    values, through Neg -> op -> Neg fused, against onnxruntime, bit for bit (NaN included), in both CPU variants
+    (the check runs both; the baseline one a NaN for a NaN)."""
     import evonnx
     from evonnx.api import load_session
 
