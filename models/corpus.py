@@ -7,15 +7,16 @@ Usage (with the corpus venv described in models/README.md, "Whole-model corpus")
     python models/corpus.py --list                # entries, whether each file exists, recorded status
     python models/corpus.py --codebase yolox --codebase detr   # only the entries of those code bases
     python models/corpus.py --codebase transformers --out /tmp/hfcorp   # the Hugging Face transformers models
+    python models/corpus.py --codebase yolov4 --out /tmp/v4corp   # YOLOv4 as Tianxiaomo/pytorch-YOLOv4 exports it
 
 Every model is built with random weights (ultralytics from its YAML configs, torchvision with ``weights=None,
-weights_backbone=None``, transformers from config objects in code) after ``torch.manual_seed(SEED)``, so
-nothing is downloaded, and a rerun gives the same bytes (the script restarts itself with ``PYTHONHASHSEED=0``;
-see the end). Each entry is exported into ``<out>/<name>.onnx`` (one file, no external data), checked with
-``onnx.checker``, run once in onnxruntime (CPU) on its input recipe, and recorded in ``<out>/corpus.json``. An
-entry whose file still has the recorded hash, or whose export failed under the same package versions, is
-skipped unless ``--force``. An exporter failure is an entry with ``"status": "export_failed"`` and a one-line
-reason, never a silent gap.
+weights_backbone=None``, transformers from config objects in code, YOLOv4 from corpus_yolov4's modules) after
+``torch.manual_seed(SEED)``, so nothing is downloaded, and a rerun gives the same bytes (the script restarts itself
+with ``PYTHONHASHSEED=0``; see the end). Each entry is exported into ``<out>/<name>.onnx`` (one file, no external
+data), checked with ``onnx.checker``, run once in onnxruntime (CPU) on its input recipe, and recorded in
+``<out>/corpus.json``. An entry whose file still has the recorded hash, or whose export failed under the same
+package versions, is skipped unless ``--force``. An exporter failure is an entry with ``"status": "export_failed"``
+and a one-line reason, never a silent gap.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import corpus_convert  # noqa: E402
 import corpus_heads  # noqa: E402  (models/ is sys.path[0] when this file runs as a script)
 import corpus_transformers  # noqa: E402
+import corpus_yolov4  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -70,8 +72,9 @@ class Entry:
     """One corpus model: how to build and export it, and the input its recipe describes."""
 
     name: str
-    codebase: str  # "ultralytics" | "torchvision" | "transformers" | a corpus_heads code base ("mmdetection", ...)
-    arch: str  # ultralytics YAML, torchvision constructor, corpus_heads.HEADS or corpus_transformers.MODELS name
+    codebase: str  # "ultralytics" | "torchvision" | "transformers" | "yolov4" | a corpus_heads code base
+    arch: str  # ultralytics YAML, torchvision constructor, corpus_heads.HEADS, corpus_transformers.MODELS or
+    #            corpus_yolov4.MODELS name
     exporter: str  # "ultralytics" | "torchscript" | "dynamo"
     description: str
     image_shape: tuple[int, ...]  # the recipe's input shape (NCHW: ultralytics, transformers; CHW: torchvision;
@@ -81,7 +84,8 @@ class Entry:
     hot: bool = False
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra ultralytics export() arguments
     check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
-    opset: int = 0  # heads, transformers: the opset asked of the exporter (0: the exporter's default for its kind)
+    opset: int = 0  # heads, transformers, yolov4: the opset asked of the exporter (0: the exporter's default for
+    #                 its kind)
     check_batches: tuple[int, ...] = ()  # heads, transformers with a symbolic batch: more batch sizes for ort_check
     convert: str = ""  # then "qdq" (onnxruntime's static quantizer) or "fp16" (onnxconverter-common): corpus_convert
 
@@ -92,6 +96,10 @@ class Entry:
     @property
     def is_transformers(self) -> bool:
         return self.codebase == "transformers"
+
+    @property
+    def is_yolov4(self) -> bool:
+        return self.codebase == "yolov4"
 
 
 def _ultralytics_entries() -> list[Entry]:
@@ -203,8 +211,29 @@ def _transformers_entries() -> list[Entry]:
     return out
 
 
+# (corpus_yolov4.MODELS name, exporter, opset, dynamic batch): TorchScript at 11 as the repository's
+# demo_pytorch2onnx.py (static and its dynamic-batch variant) and at 17, dynamo at 18 (static: see corpus_yolov4)
+YOLOV4: tuple[tuple[str, str, int, bool], ...] = (
+    ("yolov4", "torchscript", 11, False), ("yolov4", "torchscript", 11, True), ("yolov4", "torchscript", 17, False),
+    ("yolov4", "dynamo", 18, False),
+)
+
+
+def _yolov4_entries() -> list[Entry]:
+    out: list[Entry] = []
+    h, w = corpus_yolov4.IMAGE
+    for arch, exporter, opset, dyn in YOLOV4:
+        m = corpus_yolov4.MODELS_BY_NAME[arch]
+        tag = "ts" if exporter == "torchscript" else "dynamo"
+        out.append(Entry(
+            f"{arch}_{tag}{opset}" + ("_dynamic" if dyn else ""), "yolov4", arch, exporter,
+            m.what + (", dynamic batch" if dyn else ", static batch 1"), (1, 3, h, w), dynamic=dyn, opset=opset,
+            check_shapes=((3, 3, h, w),) if dyn else ()))
+    return out
+
+
 ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries() + _head_entries()
-                                   + _transformers_entries())
+                                   + _transformers_entries() + _yolov4_entries())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -413,6 +442,12 @@ def _export_transformers(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     return source
 
 
+def _export_yolov4(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    """A corpus_yolov4 model (post-processing decode in the graph, no NMS) through torch.onnx.export, as the
+    entry's exporter and opset say."""
+    return _export_module(corpus_yolov4.export, corpus_yolov4.MODELS_BY_NAME[e.arch], e, dst, stage)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # records
 # ---------------------------------------------------------------------------------------------------------
@@ -459,6 +494,9 @@ def _recipe(e: Entry) -> dict[str, Any]:
                          "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"}
     if e.check_shapes:
         r["also_checked"] = [list(s) for s in e.check_shapes]
+    if e.is_yolov4:
+        r["note"] = ("the image as the repository's demo feeds it (RGB / 255, NCHW); the graph decodes boxes "
+                     "(x1y1x2y2 in [0, 1]) and confs, no NMS")
     if e.codebase == "torchvision":
         r["note"] = "one CHW image (the list of one image torchvision takes); the graph normalizes and resizes it"
     if e.nms and e.kwargs.get("batch", 1) > 1:
@@ -602,7 +640,8 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
         try:
             fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
                 _export_head if e.is_head else _export_transformers if e.is_transformers else
-                _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
+                _export_yolov4 if e.is_yolov4 else _export_ultralytics if e.codebase == "ultralytics" else
+                _export_torchvision)
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
                 source = fn(e, staged, stage)
