@@ -326,16 +326,20 @@ static inline double evo_opaque_f64(double c) { return c; }
 static inline int64_t evo_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t evo_imax(int64_t a, int64_t b) { return a < b ? b : a; }
 
+/* The element helpers are always inlined: a plain `static inline` is a hint that gcc drops once a large kernels.c
+ * exceeds its inlining budget (inline-unit-growth), and a call per element keeps the loop around it scalar.
+ * YOLOv4's 71 kernels: its Mish kernels called evo_softplus_f32 and ran 6x slower than the same kernel built alone
+ * (189 ms against 25 ms on 5.5 M floats). */
 #if defined(__GNUC__)
-#define EVO_INLINE_EARLY static inline __attribute__((always_inline)) /* see EVO_FN below */
+#define EVO_INLINE static inline __attribute__((always_inline))
 #else
-#define EVO_INLINE_EARLY static inline
+#define EVO_INLINE static inline
 #endif
 /* exp for float32 without a libm call, so loops around it vectorise: exp(x) = 2^n * exp(r), |r| <= ln2/2, with
  * Cephes' degree-6 polynomial (relative error about 1e-7, like onnxruntime's own vectorised exp, which is not
  * libm's either). 2^n is applied in two halves so that the overflow to inf above 88.72 and the gradual underflow
  * to 0 below -87.3 come out as IEEE expf gives them. NaN propagates through the clamp. */
-EVO_INLINE_EARLY float evo_expf(float x) {
+EVO_INLINE float evo_expf(float x) {
     const float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
     float n = xc * 1.44269504088896341f;
     n = (n + 12582912.0f) - 12582912.0f; /* round to nearest integer (1.5 * 2^23 trick) */
@@ -360,7 +364,7 @@ EVO_INLINE_EARLY float evo_expf(float x) {
  * the normal range first. At most 1 ulp from the correctly rounded logarithm over every positive float (99.4%
  * exact; onnxruntime's Log, Eigen's, is within 2). Selects, not branches: log(0) = -inf, log(+inf) = +inf, NaN
  * for NaN and below 0 (tests/kernels/test_vector_math.py). */
-EVO_INLINE_EARLY float evo_logf(float x) {
+EVO_INLINE float evo_logf(float x) {
     const int sub = x < 1.17549435e-38f;
     const float xs = sub ? x * 8388608.0f : x;
     int32_t bits;
@@ -393,16 +397,7 @@ EVO_INLINE_EARLY float evo_logf(float x) {
     return (x < 0.0f || x != x) ? __builtin_nanf("") : r;
 }
 
-/* The element helpers are always inlined: a plain `static inline` is a hint that gcc drops once a large kernels.c
- * exceeds its inlining budget (inline-unit-growth), and a call per element keeps the loop around it scalar.
- * YOLOv4's 71 kernels: its Mish kernels called evo_softplus_f32 and ran 6x slower than the same kernel built alone
- * (189 ms against 25 ms on 5.5 M floats). */
-#if defined(__GNUC__)
-#define EVO_INLINE static inline __attribute__((always_inline))
-#else
-#define EVO_INLINE static inline
-#endif
-#define EVO_FN EVO_INLINE
+#define EVO_FN EVO_INLINE /* the helpers below, always inlined like evo_expf */
 $helpers
 
 
