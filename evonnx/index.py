@@ -259,7 +259,7 @@ def _recombined(acc: Mapping[Monomial, int]) -> dict[Monomial, int]:
     positive constant times sizes (a symbolic [H, W]): d = 0 only in loops that do not run, unlike a loop index."""
     out = dict(acc)
     for m, c in list(out.items()):
-        mods = [a for a in m if isinstance(a, Mod)] if m in out else []
+        mods = [a for a in m if isinstance(a, Mod)] if c and m in out else []  # a cancelled term: nothing to pair
         if len(mods) != 1 or len(dt := mods[0].den.terms) != 1 or dt[0][1] <= 0:
             continue
         md, rest = mods[0], tuple(a for a in m if not isinstance(a, Mod))

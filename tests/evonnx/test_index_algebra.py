@@ -331,3 +331,11 @@ def test_overflows_finds_int64_overflow_of_exporter_constants() -> None:
     assert not overflows(floordiv(n * 4 + k, 7))
     assert not overflows(Poly.of(INT64_MAX))  # a constant alone is what C writes
     assert overflows(n * (INT64_MAX // SIZE_MAX + 1))
+
+
+def test_a_cancelled_remainder_is_not_paired_with_a_quotient() -> None:
+    """(a % N + b % N) - a % N: the subtraction leaves a % N with coefficient 0, which `_recombined` paired with an
+    absent N * (a // N) and failed with a KeyError (hypothesis, CI of 16ca866, through is_lt)."""
+    a, b, n = var("a", 3), var("b", 3), sym("N")
+    assert mod(a, n) + mod(b, n) - mod(a, n) == mod(b, n)
+    assert not is_lt(mod(a, n), mod(a, n) + mod(b, n))  # b % N may be 0
