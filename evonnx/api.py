@@ -44,7 +44,8 @@ from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.passes.pipeline import PipelineResult, run_pipeline
 from evonnx.records import KernelSpec
 from evonnx.report import GuardResult, OptimizeResult, report_json
-from evonnx.verify import CheckResult, check_models, check_sizes
+from evonnx.sizes import check_sizes
+from evonnx.verify import CheckResult, check_models
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,7 +18,7 @@ from evonnx.isolate import CrashError
 from evonnx.measure import Comparison, MeasureError, compare_models, profile_nodes
 from evonnx.passes.pipeline import PipelineResult
 from evonnx.records import KernelSpec
-from evonnx.verify import input_symbols, make_inputs
+from evonnx.sizes import input_symbols, make_inputs
 
 # onnxruntime ops whose fusions and blocked (NCHWc) layout chains a Fused node next to them breaks: the guard's
 # first suspects when the optimized model measures slower (../shared/notes/ort-fusions.md)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import onnx
 
-from evonnx.inputs import REGIMES
+from evonnx.errors import VerificationError
+from evonnx.inputs import REGIMES, synthesize, unfeedable
 from evonnx.isolate import doing
-from evonnx.model import infer_shapes
+from evonnx.model import infer_shapes, overridable
 
 SIZE_CANDIDATES = (3, 5, 64, 256, 1024)  # all symbols at one size: the fallback when distinct sizes never run
 PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
@@ -27,6 +29,9 @@ LARGE_TENSOR_ELEMENTS = 1 << 24
 # Elements of one generated input: real post-processing inputs have a few million (1x25200x85, 1x3x1333x800);
 # 2**26 float64 draws take 512 MiB. Larger declared sizes are refused rather than allocated.
 MAX_INPUT_ELEMENTS = 1 << 26
+# Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
+# terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
+MAX_TENSOR_ELEMENTS = 1 << 28
 
 
 def _classes(symbols: Sequence[str], equal: Sequence[tuple[str, str]]) -> list[list[str]]:
@@ -213,3 +218,95 @@ def _run_stride_plans(original: onnx.ModelProto, classes: Sequence[Sequence[str]
             return
     skipped.append(f"distinct sizes that are multiples of the stride near {base} (onnxruntime fails on the "
                           f"original there)")
+
+
+def input_symbols(model: onnx.ModelProto) -> list[str]:
+    """The size symbols of `model`'s inputs in order of appearance: each dim_param, and `input:axis` for a dim
+    with neither a name nor a value."""
+    out: list[str] = []
+    for i in model.graph.input:
+        for k, d in enumerate(i.type.tensor_type.shape.dim):
+            name = d.dim_param if d.HasField("dim_param") else ("" if d.HasField("dim_value") else f"{i.name}:{k}")
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
+                shapes: Mapping[str, Sequence[int]] | None = None, regime: int = 0) -> dict[str, np.ndarray]:
+    """`evonnx.inputs.synthesize` at the input shapes `sizes` (per symbol) and `shapes` (per input) give. An input
+    with an initializer (a default the user may override) is left to its default in the first regime and fed a
+    synthesized value in the others."""
+    _check_feedable(model)
+    init = {t.name: t for t in model.graph.initializer}
+    defaults = set(overridable(model))
+    dims: dict[str, list[int]] = {}
+    for i in model.graph.input:
+        if i.name not in init:
+            dims[i.name] = _input_shape(i, sizes, shapes)
+        elif regime > 0 and i.name in defaults:
+            dims[i.name] = list(init[i.name].dims)
+    return synthesize(model, dims, seed, REGIMES[regime])
+
+
+def _check_static_sizes(model: onnx.ModelProto) -> None:
+    g = model.graph
+    for vi in (*g.input, *g.output, *g.value_info):
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            continue
+        if all(d.HasField("dim_value") for d in tt.shape.dim):
+            shape = [d.dim_value for d in tt.shape.dim]
+            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                raise VerificationError(f"cannot check: tensor '{vi.name}' of shape {shape} has {math.prod(shape)} "
+                                        f"elements, more than the check runs ({MAX_TENSOR_ELEMENTS}); skip the "
+                                        f"check with --no-check")
+
+
+def _check_feedable(model: onnx.ModelProto) -> None:
+    if (why := unfeedable(model)) is not None:
+        raise VerificationError(why)
+
+
+def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+    """Refuse a check that would ask for terabytes, before any work: a tensor whose shape is known above
+    MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size; and one it cannot
+    feed (`inputs.unfeedable`: bfloat16 ...) or whose input has no shape at all."""
+    _check_static_sizes(model)
+    try:
+        _check_feedable(model)
+    except VerificationError as e:
+        raise VerificationError(f"cannot check: {e}; skip the check with --no-check") from None
+    base = {**{s: 3 for s in input_symbols(model)}, **(sizes or {})}
+    init = {t.name for t in model.graph.initializer}
+    for i in model.graph.input:
+        if i.name not in init:
+            _input_shape(i, base, shapes)
+
+
+def _input_shape(i: onnx.ValueInfoProto, sizes: Mapping[str, int], shapes: Mapping[str, Sequence[int]] | None
+                 ) -> list[int]:
+    if shapes and i.name in shapes:
+        shape = [int(n) for n in shapes[i.name]]
+    elif i.type.HasField("tensor_type") and not i.type.tensor_type.HasField("shape"):
+        raise VerificationError(f"cannot check: input '{i.name}' has no shape in the model (not even a rank); name "
+                                f"one with --input-shape {i.name}=D0,D1,..")
+    else:
+        shape = []
+        for k, d in enumerate(i.type.tensor_type.shape.dim):
+            key = d.dim_param if d.HasField("dim_param") else f"{i.name}:{k}"
+            shape.append(d.dim_value if d.HasField("dim_value") else int(sizes[key]))
+    _check_input_shape(i.name, shape)
+    return shape
+
+
+def _check_input_shape(name: str, shape: Sequence[int]) -> None:
+    if any(n < 0 for n in shape):
+        raise VerificationError(f"cannot check: input '{name}' would get the negative shape {list(shape)}; "
+                                f"name sizes >= 0 with --dim or --input-shape")
+    count = math.prod(shape)
+    if count > MAX_INPUT_ELEMENTS:
+        raise VerificationError(f"cannot check: input '{name}' of shape {list(shape)} has {count} elements, more "
+                                f"than the check generates ({MAX_INPUT_ELEMENTS}); name smaller sizes with --dim or "
+                                f"--input-shape, or skip the check with --no-check")

@@ -13,7 +13,6 @@ lane (`evonnx.references`).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,11 +24,11 @@ import onnx
 
 from evonnx.errors import KernelFailure, NodeFailure, OutputMismatch, UnloadableModel, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
-from evonnx.inputs import REGIMES, AmbiguousInputs, synthesize, unfeedable
+from evonnx.inputs import REGIMES, AmbiguousInputs
 from evonnx.isolate import CrashError, doing, isolated, register_library
-from evonnx.model import ZERO_SIGN_UNDEFINED, half_precision_outputs, outputs_untouched_by, overridable
+from evonnx.model import ZERO_SIGN_UNDEFINED, half_precision_outputs, outputs_untouched_by
 from evonnx.references import as_float64, first_nan_reference
-from evonnx.sizes import MAX_INPUT_ELEMENTS, run_size_plans
+from evonnx.sizes import check_sizes, input_symbols, make_inputs, run_size_plans
 from evonnx.toolchain import cpu_runs_v3
 
 # float16: each op rounds to 11 bits (an ulp is 2^-10 relative at worst), and a kernel's float32 transcendental
@@ -37,9 +36,6 @@ from evonnx.toolchain import cpu_runs_v3
 RTOL = {"float16": 4e-3, "float32": 1e-4, "float64": 1e-9}
 HALF_OVERFLOW = 65520.0  # the least magnitude that rounds to an infinity in float16
 ATOL_SCALE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
-# Elements of any tensor whose shape is known before running: the check refuses rather than asks onnxruntime for
-# terabytes (a declared dim of 2**40, a `Range(0, 2**40)`).
-MAX_TENSOR_ELEMENTS = 1 << 28
 
 
 @dataclass
@@ -89,35 +85,6 @@ class CheckResult:
                 f"{self.max_rel_err:.2g}{flips}{skipped}")
 
 
-def input_symbols(model: onnx.ModelProto) -> list[str]:
-    """The size symbols of `model`'s inputs in order of appearance: each dim_param, and `input:axis` for a dim
-    with neither a name nor a value."""
-    out: list[str] = []
-    for i in model.graph.input:
-        for k, d in enumerate(i.type.tensor_type.shape.dim):
-            name = d.dim_param if d.HasField("dim_param") else ("" if d.HasField("dim_value") else f"{i.name}:{k}")
-            if name and name not in out:
-                out.append(name)
-    return out
-
-
-def make_inputs(model: onnx.ModelProto, sizes: Mapping[str, int], seed: int,
-                shapes: Mapping[str, Sequence[int]] | None = None, regime: int = 0) -> dict[str, np.ndarray]:
-    """`evonnx.inputs.synthesize` at the input shapes `sizes` (per symbol) and `shapes` (per input) give. An input
-    with an initializer (a default the user may override) is left to its default in the first regime and fed a
-    synthesized value in the others."""
-    _check_feedable(model)
-    init = {t.name: t for t in model.graph.initializer}
-    defaults = set(overridable(model))
-    dims: dict[str, list[int]] = {}
-    for i in model.graph.input:
-        if i.name not in init:
-            dims[i.name] = _input_shape(i, sizes, shapes)
-        elif regime > 0 and i.name in defaults:
-            dims[i.name] = list(init[i.name].dims)
-    return synthesize(model, dims, seed, REGIMES[regime])
-
-
 # A Fused node's own check of a node's sizes or indices, one that onnxruntime's kernel for the node makes too
 # (codegen_c's guards): the Fused node's name is evonnx's (evo<n>_<hash>), never a model's
 _KERNEL_CHECK = re.compile(r"Fused node\. Name:'(evo[0-9]+_[0-9a-f]+)'.*\(onnxruntime fails this node too\)", re.S)
@@ -126,69 +93,6 @@ _KERNEL_CHECK = re.compile(r"Fused node\. Name:'(evo[0-9]+_[0-9a-f]+)'.*\(onnxru
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
-
-
-def _check_static_sizes(model: onnx.ModelProto) -> None:
-    g = model.graph
-    for vi in (*g.input, *g.output, *g.value_info):
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
-            continue
-        if all(d.HasField("dim_value") for d in tt.shape.dim):
-            shape = [d.dim_value for d in tt.shape.dim]
-            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
-                raise VerificationError(f"cannot check: tensor '{vi.name}' of shape {shape} has {math.prod(shape)} "
-                                        f"elements, more than the check runs ({MAX_TENSOR_ELEMENTS}); skip the "
-                                        f"check with --no-check")
-
-
-def _check_feedable(model: onnx.ModelProto) -> None:
-    if (why := unfeedable(model)) is not None:
-        raise VerificationError(why)
-
-
-def check_sizes(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Refuse a check that would ask for terabytes, before any work: a tensor whose shape is known above
-    MAX_TENSOR_ELEMENTS, an input at the named sizes above MAX_INPUT_ELEMENTS, a negative size; and one it cannot
-    feed (`inputs.unfeedable`: bfloat16 ...) or whose input has no shape at all."""
-    _check_static_sizes(model)
-    try:
-        _check_feedable(model)
-    except VerificationError as e:
-        raise VerificationError(f"cannot check: {e}; skip the check with --no-check") from None
-    base = {**{s: 3 for s in input_symbols(model)}, **(sizes or {})}
-    init = {t.name for t in model.graph.initializer}
-    for i in model.graph.input:
-        if i.name not in init:
-            _input_shape(i, base, shapes)
-
-
-def _input_shape(i: onnx.ValueInfoProto, sizes: Mapping[str, int], shapes: Mapping[str, Sequence[int]] | None
-                 ) -> list[int]:
-    if shapes and i.name in shapes:
-        shape = [int(n) for n in shapes[i.name]]
-    elif i.type.HasField("tensor_type") and not i.type.tensor_type.HasField("shape"):
-        raise VerificationError(f"cannot check: input '{i.name}' has no shape in the model (not even a rank); name "
-                                f"one with --input-shape {i.name}=D0,D1,..")
-    else:
-        shape = []
-        for k, d in enumerate(i.type.tensor_type.shape.dim):
-            key = d.dim_param if d.HasField("dim_param") else f"{i.name}:{k}"
-            shape.append(d.dim_value if d.HasField("dim_value") else int(sizes[key]))
-    _check_input_shape(i.name, shape)
-    return shape
-
-
-def _check_input_shape(name: str, shape: Sequence[int]) -> None:
-    if any(n < 0 for n in shape):
-        raise VerificationError(f"cannot check: input '{name}' would get the negative shape {list(shape)}; "
-                                f"name sizes >= 0 with --dim or --input-shape")
-    count = math.prod(shape)
-    if count > MAX_INPUT_ELEMENTS:
-        raise VerificationError(f"cannot check: input '{name}' of shape {list(shape)} has {count} elements, more "
-                                f"than the check generates ({MAX_INPUT_ELEMENTS}); name smaller sizes with --dim or "
-                                f"--input-shape, or skip the check with --no-check")
 
 
 def signed_zero_outputs(model: onnx.ModelProto) -> set[str]:
