@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -39,6 +37,7 @@ from evonnx.kernels.codegen_c import generate_source
 from evonnx.kernels.codegen_cuda import generate_cuda, generate_cuda_host
 from evonnx.measure import Comparison, MeasureError
 from evonnx.model import DOMAIN, exact_outputs, load_model, overridable
+from evonnx.outputs import Staging, check_paths
 from evonnx.passes.lower_gathers import enabled as runtime_gathers_enabled
 from evonnx.passes.ort_layout import fold_like_onnxruntime
 from evonnx.passes.pipeline import PipelineResult, run_pipeline
@@ -83,7 +82,7 @@ class _Tied:
     model_bytes: bytes
     library_bytes: bytes
 
-    def restore(self, staged: _Staging, guarded: GuardResult,
+    def restore(self, staged: Staging, guarded: GuardResult,
                 why: str) -> tuple[PipelineResult, onnx.ModelProto, CheckResult | None]:
         """The tie stands: its files written back, its measurement reported, the trial reported as declined."""
         staged.path(self.dst).write_bytes(self.model_bytes)
@@ -138,12 +137,12 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
     dst = Path(dst) if dst is not None else src.with_name(src.name.removesuffix(".onnx") + ".opt.onnx")
     lib = library_path(dst)
     outputs = {"output": dst, "kernel library": lib, **({"report": Path(report)} if report is not None else {})}
-    _check_paths(src, outputs, Path(dump_dir) if dump_dir is not None else None)
+    check_paths(src, outputs, Path(dump_dir) if dump_dir is not None else None)
     if target not in ("cpu", "cuda", "both"):
         raise UsageError(f"target must be cpu, cuda or both, not '{target}'")
     if planner not in ("search", "greedy"):
         raise UsageError(f"planner must be search or greedy, not '{planner}'")
-    with _Staging(outputs) as staged:
+    with Staging(outputs) as staged:
         inferred = original = load_model(src)
         as_written = load_model(src, infer=False)
         # plan on the graph onnxruntime runs: what it folds at session start never becomes a kernel
@@ -304,7 +303,7 @@ class _BuildRequest:
     inferred: onnx.ModelProto  # the file's model with ONNX shape inference's value_info (`_declare_as_written`)
     dst: Path
     lib: Path
-    staged: _Staging
+    staged: Staging
     planner: str
     symbol_sizes: Mapping[str, int]
     target: str
@@ -475,87 +474,6 @@ def _equal_symbols(model: onnx.ModelProto, result: PipelineResult) -> list[tuple
             if c.kind == "bcast" and (a := key(c.lhs)) is not None and (b := key(c.rhs)) is not None and a != b:
                 pairs.append((a, b))
     return pairs
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether `a` and `b` name one file: the same path once resolved, or a hard or symbolic link to it."""
-    try:
-        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
-    except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop (Python < 3.13)
-        return False
-
-
-_DUMP_FILES = ("kernels.c", "kernels.cu", "plan.txt", "optimized.onnx")
-
-
-def _check_paths(src: Path, outputs: Mapping[str, Path], dump_dir: Path | None) -> None:
-    """Refuse, before any work, outputs that cannot be written or would overwrite the input or one another.
-
-    Whether the folders are writable is found when `_Staging` creates its folders in them, also before any work.
-    """
-    seen: list[tuple[str, Path]] = []
-    for what, p in outputs.items():
-        if not p.parent.is_dir():
-            raise UsageError(f"{p.parent}: {what} folder does not exist")
-        if p.is_dir():
-            raise UsageError(f"{p}: the {what} path is a folder; name a file")
-        if _same_file(p, src):
-            raise UsageError(f"{p}: writing the {what} would overwrite the input {src}")
-        for other, q in seen:
-            if _same_file(p, q):
-                raise UsageError(f"{p}: the {what} and the {other} would be the same file")
-        seen.append((what, p))
-    if dump_dir is not None:
-        if dump_dir.exists() and not dump_dir.is_dir():
-            raise UsageError(f"{dump_dir}: the dump folder is a file")
-        for name in _DUMP_FILES:
-            if any(_same_file(dump_dir / name, p) for p in (src, *outputs.values())):
-                raise UsageError(f"{dump_dir / name}: the dump would overwrite the input or an output")
-
-
-class _Staging:
-    """Hidden folders (`.evonnx-*`), one in each folder an output goes to, holding the outputs until `commit`
-    renames them into place. Leaving the `with` block removes them on every path: errors, bugs, Ctrl-C.
-
-    Creating them, before any work, is also the check that those folders are writable. Renames within a folder
-    are atomic; `commit` renames the model last, so a model on disk always comes with its library and report.
-    """
-
-    def __init__(self, targets: Mapping[str, Path]):
-        self.targets = dict(targets)  # what -> path, the model first
-        self._dirs: dict[Path, Path] = {}
-
-    def __enter__(self) -> _Staging:
-        try:
-            for what, t in self.targets.items():
-                if t.parent.resolve() not in self._dirs:
-                    try:
-                        made = tempfile.mkdtemp(prefix=".evonnx-", dir=t.parent)
-                    except OSError as e:
-                        raise UsageError(f"{t.parent}: cannot write to the {what} folder ({e.strerror})") from e
-                    self._dirs[t.parent.resolve()] = Path(made)
-        except BaseException:
-            self._remove()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._remove()
-
-    def path(self, target: Path) -> Path:
-        """Where `target` is written until `commit`."""
-        return self._dirs[target.parent.resolve()] / target.name
-
-    def commit(self) -> None:
-        for t in reversed(self.targets.values()):
-            try:
-                os.replace(self.path(t), t)
-            except OSError as e:
-                raise UsageError(f"{t}: cannot write it ({e.strerror})") from e
-
-    def _remove(self) -> None:
-        for d in self._dirs.values():
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def _sizes_from_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
