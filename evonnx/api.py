@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_graphsurgeon as gs
 
+from evonnx.blame import blame_reason
 from evonnx.errors import (
     InvalidModelError,
     KernelFailure,
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIBRARY_SUFFIX = ".evonnx.so"
+# Kernels one `optimize` leaves to onnxruntime because a difference at the check started in them (evonnx.blame);
+# past that the plan is refused as a whole: so many kernels differing is a bug to report, not to route around
+MAX_BLAMED = 4
 
 
 def library_path(model_path: str | Path) -> Path:
@@ -165,6 +169,7 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
         guarded: GuardResult | None = None
         stage = 0
         everything = {n.name for n in original.graph.node}
+        blamed = 0  # kernels left to onnxruntime because a difference at the check started in them
         tied: _Tied | None = None  # a plan measured as a tie below 1.0x, while the plan without its slower kernels runs
         while True:
             last = bool(leave) and set(leave) >= everything  # the guard's last stage: the original is written
@@ -201,6 +206,15 @@ def optimize(src: str | Path, dst: str | Path | None = None, *, check: bool = Tr
                                      f"the check ({str(e)[:160]})" for n in decided})
                     log.info("check: %s; leaving %d nodes that a decision on inexact values reads to onnxruntime",
                              e, len(decided))
+                    continue
+                if isinstance(e, OutputMismatch) and e.nodes and not set(e.nodes) <= set(leave) \
+                        and blamed < MAX_BLAMED:
+                    # the difference starts in one kernel (evonnx.blame): its nodes go to onnxruntime, and the rest
+                    # of the plan is built and checked again
+                    blamed += 1
+                    leave.update({n: blame_reason(e.kernel, str(e)) for n in e.nodes})
+                    log.warning("check: %s; kernel %s is where it starts: leaving its %d nodes to onnxruntime", e,
+                                e.kernel, len(e.nodes))
                     continue
                 if tied is not None and guarded is not None:  # the tried plan failed the check: the tie stands
                     result, out_model, checked = tied.restore(staged, guarded, f"it failed the check: {str(e)[:120]}")
@@ -379,7 +393,7 @@ def _build(req: _BuildRequest, leave: Mapping[str, str], check: bool,
         except NodeFailure as e:
             e.nodes = _next_to_failed_node(out_model, result.specs, e.text)
             raise
-        except KernelFailure as e:
+        except (KernelFailure, OutputMismatch) as e:
             e.nodes = next((spec.source_nodes for spec in result.specs if spec.name == e.kernel), ())
             raise
         except VariantError as e:

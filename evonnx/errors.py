@@ -45,11 +45,15 @@ class VerificationError(EvonnxError):
 
 
 class OutputMismatch(VerificationError):
-    """An output's values differ from onnxruntime's beyond what the check excuses; `output` names it."""
+    """An output's values differ from onnxruntime's beyond what the check excuses; `output` names it, `kernel` the
+    Fused node the difference starts in where the check found one (`evonnx.blame`), `nodes` that kernel's source
+    nodes (`optimize` leaves them to onnxruntime and tries again)."""
 
     def __init__(self, message: str, output: str | None = None) -> None:
         super().__init__(message)
         self.output = output
+        self.kernel = ""
+        self.nodes: tuple[str, ...] = ()
 
 
 class UnloadableModel(VerificationError):

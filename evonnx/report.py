@@ -19,6 +19,7 @@ from typing import Any
 
 import onnx
 
+from evonnx.blame import blamed_kernel
 from evonnx.measure import Comparison
 from evonnx.passes.classify import MapKind, classify
 from evonnx.passes.lower_ops import FREE_OPS
@@ -85,7 +86,15 @@ class OptimizeResult:
             lines.append(f"  {len(self.nms)} NonMaxSuppression run by evonnx's op: {', '.join(self.nms)[:200]}")
         if self.folded:
             lines.append(f"  {len(self.folded)} nodes folded by onnxruntime itself at session start")
-        lines.append(f"  check: {self.check if self.check is not None else 'skipped (--no-check)'}")
+        by_check: dict[str, int] = {}  # nodes the check left to onnxruntime (a kernel differed), by kernel
+        for r in self.plan.rejected:
+            if (kernel := blamed_kernel(r.reason)) is not None:
+                by_check[kernel] = by_check.get(kernel, 0) + 1
+        for kernel, n in by_check.items():
+            lines.append(f"  {n} nodes left to onnxruntime: kernel {kernel}, made of them, differed from onnxruntime "
+                         f"at the check (the report's 'rejected' says where)")
+        check = "skipped (--no-check)" if self.kernels or self.nms else "none needed (no kernel: the original runs)"
+        lines.append(f"  check: {self.check if self.check is not None else check}")
         lines.append(f"  guard: {self.guard if self.guard is not None else 'skipped (--no-guard)'}")
         lines.append(f"  time: {self.seconds:.2f} s")
         return "\n".join(lines)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from evonnx.blame import first_differing_kernel
 from evonnx.errors import KernelFailure, NodeFailure, OutputMismatch, UnloadableModel, VariantError, VerificationError
 from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions, from_empty_concat, near_ties
 from evonnx.inputs import REGIMES, AmbiguousInputs
@@ -370,10 +371,13 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                 into: CheckResult, variant: str) -> None:
         try:
             compare_each(feeds, refs, gots, into)
-        except VerificationError:
+        except VerificationError as mismatch:
             named = {o.name: np.asarray(g) for o, g in zip(original.graph.output, gots)}
             if not _topk_near_ties(original, feeds, optimized_topk(feeds, variant), named, exact_outputs, signed,
                                    into, half):
+                if isinstance(mismatch, OutputMismatch) and not mismatch.kernel:
+                    mismatch.kernel = first_differing_kernel(original, optimized, library, feeds, RTOL,
+                                                             lambda: _cpu_isa(variant)) or ""
                 raise
 
     def compare_each(feeds: Mapping[str, np.ndarray], refs: Sequence[object], gots: Sequence[object],

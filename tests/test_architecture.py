@@ -17,7 +17,8 @@ MAX_LINES = 600
 # imports the other (both work on the IR; the driver joins them).
 FOUNDATION = {"errors", "paths", "toolchain", "isolate", "model", "references", "outputs"}
 IR = {"index", "expr", "view", "records"}
-DRIVER = {"api", "verify", "explain", "report", "inputs", "sizes", "measure", "bench", "compare", "excuses", "guard"}
+DRIVER = {"api", "verify", "explain", "report", "inputs", "sizes", "measure", "bench", "compare", "excuses", "guard",
+          "blame"}
 CLI = {"cli", "__main__", ""}  # "" is the package itself: its lazy `optimize` attribute is the API's facade
 LAYER = {**{m: 0 for m in FOUNDATION}, **{m: 1 for m in IR}, "passes": 2, "kernels": 2,
          **{m: 3 for m in DRIVER}, **{m: 4 for m in CLI}}

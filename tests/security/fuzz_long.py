@@ -5,8 +5,9 @@
 
 Graphs are drawn in chunks of `--chunk` from seeds `--seed`, `--seed + 1`, ... (so a run can be resumed or
 split across machines by seed). Every failing case is kept in the findings folder as `<key>.onnx` (the original
-model) and `<key>.txt` (the case and its findings), with a one-line summary appended to `summary.txt`. Prints
-the count covered at the end; exits 1 when anything was found.
+model) and `<key>.txt` (the case and its findings), with a one-line summary appended to `summary.txt`. A case where
+evonnx's check left a kernel that differed to onnxruntime (`evonnx.blame`) is no failure, but is kept the same way
+under `blamed/`. Prints the count covered at the end; exits 1 when anything was found.
 
 A run resumes: the findings folder keeps `progress.json` (the digest of the code under test, the next seed, the
 counts so far), and a later run on the same folder continues from there, so that a long run can span several
@@ -32,7 +33,7 @@ os.environ.setdefault("EVONNX_GUARD", "0")
 from sec_fuzz import Tally, draw_cases, make_canary, run_cases  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-_COUNTS = ("cases", "fused", "refused", "with_canaries", "compared")
+_COUNTS = ("cases", "fused", "refused", "with_canaries", "compared", "blamed")
 
 
 def code_digest() -> str:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if progress is not None:
         seed, index, earlier = progress["next_seed"], progress["next_index"], progress["seconds"]
         for f in _COUNTS:
-            setattr(total, f, progress["counts"][f])
+            setattr(total, f, progress["counts"].get(f, 0))
         total.refusals = progress["refusals"]
         failing = progress["failing"]
         print(f"resuming at seed {seed}: {total.cases} graphs covered in {earlier:.0f} s, {failing} failing "
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                           findings_dir=args.findings,
                           on_result=lambda c, o, k: record(c, o, k) if o.findings else None)
         index += len(drawn)
-        for field in ("cases", "fused", "refused", "with_canaries", "compared"):
+        for field in _COUNTS:
             setattr(total, field, getattr(total, field) + getattr(tally, field))
         total.failing += tally.failing
         for r, n in tally.refusals.items():

@@ -3,7 +3,8 @@
     python sec_child.py optimize SRC DST DUMP_DIR RESULT_JSON [SHAPES_JSON]
         evonnx.api.optimize(SRC, DST, dump_dir=DUMP_DIR[, shapes=...]) with its own check, the planner
         $EVONNX_SEC_PLANNER (default search); writes RESULT_JSON:
-        {"status": "ok", "fused": n} | {"status": "refused", "type", "message"} (an EvonnxError)
+        {"status": "ok", "fused": n, "blamed": [reason]} (blamed: why the check left kernels to onnxruntime)
+        | {"status": "refused", "type", "message", "kinds"} (an EvonnxError; kinds: its class and its bases' names)
         | {"status": "exception", "type", "message", "traceback"} (any other exception: a finding).
 
     python sec_child.py run SPEC_JSON
@@ -29,20 +30,25 @@ def optimize(src: str, dst: str, dump: str, result: str, shapes: str = "") -> in
     import onnx
 
     from evonnx import api
+    from evonnx.blame import blamed_kernel
     from evonnx.errors import EvonnxError
 
     out: dict[str, object]
     try:
-        api.optimize(src, dst, dump_dir=dump, planner=os.environ.get("EVONNX_SEC_PLANNER", "search"),
-                     **({"shapes": json.loads(shapes)} if shapes else {}))
+        done = api.optimize(src, dst, dump_dir=dump, planner=os.environ.get("EVONNX_SEC_PLANNER", "search"),
+                            **({"shapes": json.loads(shapes)} if shapes else {}))
     except EvonnxError as e:
-        out = {"status": "refused", "type": type(e).__name__, "message": str(e)}
+        # the class and its bases: the oracle judges a VerificationError by its kind, whichever subclass it is
+        out = {"status": "refused", "type": type(e).__name__, "message": str(e),
+               "kinds": [c.__name__ for c in type(e).__mro__]}
     except BaseException as e:  # noqa: BLE001 - any other exception escaping optimize is what we look for
         out = {"status": "exception", "type": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
     else:
         model = onnx.load(dst)
         fused = sum(1 for n in model.graph.node if n.domain == "ai.evonnx" and n.op_type == "Fused")
-        out = {"status": "ok", "fused": fused}
+        # the kernels the check found a difference starting in, which optimize left to onnxruntime
+        blamed = sorted({r.reason for r in done.plan.rejected if blamed_kernel(r.reason) is not None})
+        out = {"status": "ok", "fused": fused, "blamed": blamed}
     Path(result).write_text(json.dumps(out))
     return 0
 

@@ -80,6 +80,7 @@ class Tally:
     refused: int = 0
     with_canaries: int = 0  # fused cases whose model text carries canaries
     compared: int = 0  # runs compared
+    blamed: int = 0  # cases where the check left a kernel that differed to onnxruntime (Outcome.blamed)
     failing: list[tuple[Case, Outcome, str]] = field(default_factory=list)
     refusals: dict[str, int] = field(default_factory=dict)  # clean refusals by the start of their message
 
@@ -92,13 +93,14 @@ class Tally:
             self.refusals[reason] = self.refusals.get(reason, 0) + 1
         self.with_canaries += outcome.fused > 0 and bool(case.canaries)
         self.compared += outcome.runs_compared
+        self.blamed += bool(outcome.blamed)
         if outcome.findings:
             self.failing.append((case, outcome, key))
 
     def line(self) -> str:
         return (f"{self.cases} cases: {self.fused} with fused kernels ({self.with_canaries} of them with canaries "
                 f"in their names), {self.refused} refused cleanly, {self.compared} runs compared, "
-                f"{len(self.failing)} failing")
+                f"{self.blamed} with a kernel the check left to onnxruntime, {len(self.failing)} failing")
 
 
 def run_cases(items: Iterable[Case], root: Path, canary: Canary, *, jobs: int = 2, start: int = 0,
@@ -115,6 +117,8 @@ def run_cases(items: Iterable[Case], root: Path, canary: Canary, *, jobs: int = 
         outcome = check_case(case, root / key, case_marker(canary, index), env_extra={"EVONNX_SEC_PLANNER": planner})
         if outcome.findings and findings_dir is not None:
             save_finding(case, outcome, findings_dir, key, planner)
+        elif outcome.blamed and findings_dir is not None:  # not failing, but a kernel differed: kept to look at
+            save_finding(case, outcome, findings_dir / "blamed", key, planner)
         if not outcome.findings:
             shutil.rmtree(root / key, ignore_errors=True)  # keep only what a person may want to look at
         return case, outcome, key

@@ -64,6 +64,9 @@ class Outcome:
     runs_compared: int = 0  # plans where both models gave outputs
     runs_both_failed: int = 0
     note: str = ""
+    # why optimize left kernels to onnxruntime whose outputs differed at its check (evonnx.blame): no wrong model
+    # was written, but a kernel differed from onnxruntime on a valid graph; the long run keeps these cases
+    blamed: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)  # sanitizer reports and deaths of runs (also in findings)
 
     def crash(self, text: str) -> None:
@@ -216,6 +219,13 @@ def optimize_case(src: Path, dst: Path, dump: Path, work: Path, env: Mapping[str
         outcome.findings.append(f"optimize: the process {_describe_rc(rc)} ({'; '.join(tail)[:300]})")
         return None
     res = json.loads(result.read_text())
+    judge_optimize(res, outcome)
+    return res
+
+
+def judge_optimize(res: dict, outcome: Outcome) -> None:
+    """Records in `outcome` what the optimize child's result `res` says: its status, its findings (an exception,
+    an internal error, C that does not build, the check refusing the optimized model) or why it refused cleanly."""
     outcome.status = res["status"]
     if res["status"] == "exception":
         last = res["traceback"].strip().splitlines()
@@ -231,17 +241,18 @@ def optimize_case(src: Path, dst: Path, dump: Path, work: Path, env: Mapping[str
         errors = [ln for ln in first if "error" in ln][:2]
         outcome.findings.append(f"optimize: the generated C does not build: {first[0][:160]} "
                                 f"{' | '.join(errors)[:300]}")
-    elif res["status"] == "refused" and res["type"] == "VerificationError" \
+    elif res["status"] == "refused" and "VerificationError" in res.get("kinds", [res["type"]]) \
             and not res["message"].startswith(("cannot check", "onnxruntime rejects your inputs")) \
             and not _planner_refusal(res["message"]):
         # evonnx's own check caught its optimized model failing, crashing or differing: no wrong model was written,
-        # but the kernels or the plan have a bug, found at the check's sizes.
+        # but the kernels or the plan have a bug, found at the check's sizes. Every subclass counts (OutputMismatch,
+        # KernelFailure, UnloadableModel ...): matching the base class's name alone let them pass as clean refusals.
         outcome.findings.append(f"optimize: evonnx's check refused its own optimized model: {res['message'][:300]}")
     elif res["status"] == "refused":
         outcome.note = f"refused: {res['type']}: {res['message'][:300]}"
     else:
         outcome.fused = res["fused"]
-    return res
+        outcome.blamed = list(res.get("blamed", []))
 
 
 def check_marker(marker: Path, when: str, outcome: Outcome) -> None:
@@ -669,14 +680,14 @@ def check_case(case: Case, work: Path, marker: Path, env_extra: Mapping[str, str
 
 
 def save_finding(case: Case, outcome: Outcome, folder: Path, key: str, planner: str = "search") -> Path:
-    """Keeps the failing model and a summary next to it (the planner it was optimized with on the line after the
-    case, see `finding_planner`); returns the model's path."""
+    """Keeps the failing model (or one with a kernel left to onnxruntime by the check) and a summary next to it (the
+    planner it was optimized with on the line after the case, see `finding_planner`); returns the model's path."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.onnx"
     onnx.save(case.model, str(path))
     (folder / f"{key}.txt").write_text(
         f"{case.describe()}\nexact: {case.exact}; file name {case.file_name!r}; seed {case.seed}\n"
-        f"planner: {planner}\n" + "\n".join(outcome.findings) + "\n")
+        f"planner: {planner}\n" + "\n".join(outcome.findings or outcome.blamed) + "\n")
     return path
 
 
