@@ -63,7 +63,8 @@ def first_differing_kernel(original: onnx.ModelProto, optimized: Path, library: 
                            ) -> str | None:
     """The name of the first Fused node of `optimized` whose outputs differ from onnxruntime's on `original` for
     `feeds` (`differs` with the relative tolerances `rtol`, by dtype); None where none does (the difference starts
-    in a node onnxruntime runs) or either model fails to run with its kernels' outputs exposed. `isa` is a context manager factory selecting the CPU kernels' variant."""
+    in a node onnxruntime runs) or either model fails to run with its kernels' outputs exposed. `isa` makes the
+    context in which the optimized model's session is created (the CPU kernels' variant)."""
     import onnxruntime as ort
 
     model = onnx.load(str(optimized))
