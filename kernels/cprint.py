@@ -573,8 +573,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         return f"({print_const(1, src)} / {a[0]})"
     if op == "sigmoid":
         return f"evo_sigmoid_{s}({a[0]})"
-    if op == "softplus":
-        return f"evo_softplus_{s}({a[0]})"
+    if op in ("softplus", "mish"):
+        return f"evo_{op}_{s}({a[0]})"
     if op == "isnan":
         return f"(isnan({a[0]}) != 0)"
     if op == "exp" and src == "float32":

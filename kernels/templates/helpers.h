@@ -169,6 +169,20 @@ EVO_FN float evo_softplus_f32(float x) {
     return x > 0.0f ? x + l : l;
 }
 #endif
+/* Mish, x * tanh(softplus(x)) (lower_math._mish): tanh(log(1 + e)) = ((1 + e)^2 - 1) / ((1 + e)^2 + 1) = n / (n + 2)
+ * with e = exp(x), n = e (e + 2): one exp and one division, where Softplus, Tanh and Mul take an exp, a log, a
+ * rational tanh and three divisions. Above x = 20, n / (n + 2) rounds to 1 (and e (e + 2) would overflow from
+ * x = 44): exp's argument stops there, NaN passing through. Below e = 2^-64, softplus(x) is e, and onnxruntime's
+ * tanh of it (evo_tanh_f32's steps, x^2 then 0) is p0 e / q0, rounded twice, which is 0 from x = -98.7 on while e
+ * is not: the same steps here, so that Mish is -0 where onnxruntime's is (a Log after it gives -inf, not NaN).
+ * -inf gives NaN (-inf * 0) and +inf gives +inf, as the three ops do; within 4 ulp of float64 elsewhere
+ * (tests/kernels/test_vector_math.py). */
+EVO_FN float evo_mish_f32(float x) {
+    const float e = evo_expf(x > 20.0f ? 20.0f : x);
+    const float n = e * (e + 2.0f);
+    const float t = e < 0x1p-64f ? e * 4.89352455891786e-03f / 4.89352518554385e-03f : n / (n + 2.0f);
+    return x * t;
+}
 /* onnxruntime's double Softplus is log(exp(x) + 1): inf above x = 709.78, where the float one stays finite */
 EVO_FN double evo_softplus_f64(double x) { return log(exp(x) + 1.0); }
 

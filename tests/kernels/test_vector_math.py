@@ -84,6 +84,43 @@ def test_softplus_within_two_ulp_of_float64_and_onnxruntime_special_values(tmp_p
     np.testing.assert_array_equal(got, theirs)
 
 
+def test_mish_is_one_op_within_four_ulp_of_float64_and_onnxruntime_special_values(tmp_path: Path) -> None:
+    """Softplus -> Tanh -> Mul(x, .) becomes evo_mish_f32 (one exp, one division): at most 4 ulp from float64 over
+    every 509th float with |x| < 200 and above the subnormal results, and the three ops' special values."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
+    nodes = [helper.make_node("Softplus", ["x"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
+             helper.make_node("Mul", ["t", "x"], ["y"])]
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    code = (dump / "kernels.c").read_text()
+    tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
+    assert "evo_mish_f32(" in tasks and "evo_softplus_f32(" not in tasks and "evo_tanh_f32(" not in tasks
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    bits = np.arange(0, 0x7F800000, 509, dtype=np.uint32)
+    v = np.concatenate([bits.view(np.float32), -bits.view(np.float32)])
+    v = v[np.abs(v) < 200]
+    (got,), (theirs,) = opt.run(None, {"x": v}), ref.run(None, {"x": v})
+    v64 = v.astype(np.float64)
+    want = (v64 * np.tanh(np.logaddexp(0.0, v64))).astype(np.float32)
+    # where exp(x) times the tanh's constant term is a normal float, and so is the result; elsewhere both follow
+    # onnxruntime's tanh of a tiny softplus, its subnormal intermediates included (helpers.h)
+    normal = (v > -80) & (np.abs(want) >= 1e-30)
+    pos, neg = normal & (want > 0), normal & (want < 0)
+    assert _ulps(got[pos], want[pos]).max() <= 4 and _ulps(-got[neg], -want[neg]).max() <= 4
+    assert (got[want == 0] == 0).all()
+    np.testing.assert_allclose(got[~normal], theirs[~normal], rtol=1e-5, atol=3e-45)  # an exp 1 ulp apart, scaled
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 9.0, 20.0, 21.0, 44.0, 89.0, -88.0, -104.0, -150.0,
+                        3e38, -3e38, 1e-40, -1e-40], np.float32)
+    (got,), (theirs,) = opt.run(None, {"x": special}), ref.run(None, {"x": special})
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(theirs))
+    np.testing.assert_allclose(got, theirs, rtol=4e-7, atol=1e-44)
+
+
 def test_element_helpers_are_inlined_whatever_gccs_inlining_budget(tmp_path: Path) -> None:
     """The helpers a kernel calls per element are always inlined (prelude.c, EVO_FN): gcc drops a plain `static
     inline` once a large kernels.c exceeds its inlining budget, and a call per element kept YOLOv4's Mish loops
@@ -108,5 +145,5 @@ def test_element_helpers_are_inlined_whatever_gccs_inlining_budget(tmp_path: Pat
     assert len(res.kernels) == 1
     symbols = subprocess.run(["nm", str(res.library)], capture_output=True, text=True, check=True).stdout
     left = sorted({s for s in symbols.split() if s.startswith(("evo_softplus", "evo_tanh", "evo_erf", "evo_expf",
-                                                               "evo_logf"))})
+                                                               "evo_logf", "evo_mish"))})
     assert not left, f"not inlined: {left}"
