@@ -499,7 +499,9 @@ def concat(xs: Sequence[Lazy], axis: int) -> Lazy:
 
 def tile(x: Lazy, repeats: Sequence[Poly]) -> Lazy:
     shape = tuple(d * r for d, r in zip(x.shape, repeats))
-    return remap(x, shape, lambda idx: tuple(mod(i, d) for i, d in zip(idx, x.shape)))
+    # along an axis of size 0 the result is empty too, and its index is read only by loops that run no iteration
+    # (an ArgMax over it; fuzz case 1954 of the long run on 3aea3f4 divided by 0 at plan time): index 0 there
+    return remap(x, shape, lambda idx: tuple(Poly() if d.const == 0 else mod(i, d) for i, d in zip(idx, x.shape)))
 
 
 def elementwise(xs: Sequence[Lazy], combine: Callable[..., Expr], dtype: str, what: str) -> Lazy:
