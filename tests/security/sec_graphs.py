@@ -53,7 +53,7 @@ from sec_steps import ViewSteps
 # opsets 13 to 20 (measured on 1.31)
 FLOATS = ("float32", "float16", "float64")
 FLOAT_ACTIVATIONS = ("Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Relu", "Sign", "Log", "Tanh", "Erf", "Sin",
-                     "Cos", "IsNaN", "Softplus", "LeakyRelu", "HardSigmoid", "Clip", "Pow")
+                     "Cos", "IsNaN", "Softplus", "LeakyRelu", "HardSigmoid", "Clip", "Pow", "Mish")
 
 
 # -- names ------------------------------------------------------------------------------------------------------
@@ -203,6 +203,12 @@ class Builder(ViewSteps, MoreSteps, FlowSteps, QuantSteps):
             op = self.draw(st.sampled_from(["Neg", "Abs", "Cast", "Sign", "Clip"]))
         if op == "Activation":  # the rest of the elementwise ops evonnx lowers (passes/lower_math.py)
             op = self.draw(st.sampled_from(FLOAT_ACTIVATIONS))
+        if op == "Mish":  # Softplus -> Tanh -> Mul(x, .) in either order: one op in evonnx (lower_math._mish)
+            (sp,) = self.node("Softplus", [x.name])
+            (th,) = self.node("Tanh", [sp])
+            (y,) = self.node("Mul", [x.name, th] if self.draw(st.booleans()) else [th, x.name])
+            self.add(y, x.dtype, x.shape)
+            return True
         if op == "Cast":
             to = self.draw(st.sampled_from(["float32", "int64", "int32", "float16", "float64", "uint8", "int8",
                                             "bool"]))
