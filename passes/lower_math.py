@@ -39,13 +39,29 @@ def _whole_divisor(op: str, out: Lazy, divisor: Lazy, val: Value | None) -> Lazy
     return out
 
 
+def _softplus_of(e: Expr, x: Expr) -> bool:
+    """Whether `e` is softplus(x), or torch's thresholded form where(x > c, x, softplus(x)) (the dynamo exporter's
+    F.softplus, c = 20) with c >= 9: above 9 onnxruntime's tanh is its value at 9 (MLAS clamps there), so under a
+    Tanh both forms give the same bits."""
+    if not isinstance(e, E.Op):
+        return False
+    if e.op == "softplus":
+        return e.args[0] == x
+    if e.op != "where" or not isinstance(cond := e.args[0], E.Op) or cond.op != "gt":
+        return False
+    c, taken = cond.args[1], e.args[1]
+    if isinstance(taken, E.Op) and taken.op == "add" and isinstance(z := taken.args[1], E.Const) and z.value == 0:
+        taken = taken.args[0]  # x + 0.0 (the -0.0 of a Where's branch made +0.0): x itself where x > c
+    return (cond.args[0] == x and isinstance(c, E.Const) and float(c.value) >= 9.0 and taken == x
+            and isinstance(sp := e.args[2], E.Op) and sp.op == "softplus" and sp.args[0] == x)
+
+
 def _mish(x: Expr, y: Expr) -> Expr | None:
-    """Mish, x * tanh(softplus(x)) in either order, of float32: one op (helpers.h's evo_mish_f32: one exp and one
-    division, where the three ops take an exp, a log, a rational tanh and three divisions; YOLOv4's trunk runs 72 of
-    them on 5.5 M floats and more), else None."""
+    """Mish, x * tanh(softplus(x)) in either order (softplus as `_softplus_of` takes it), of float32: one op
+    (helpers.h's evo_mish_f32: one exp and one division, where the three ops take an exp, a log, a rational tanh and
+    three divisions; YOLOv4's trunk runs 72 of them on 5.5 M floats and more), else None."""
     for a, b in ((x, y), (y, x)):
-        if a.dtype == "float32" and isinstance(b, E.Op) and b.op == "tanh" and isinstance(b.args[0], E.Op) \
-                and b.args[0].op == "softplus" and b.args[0].args[0] == a:
+        if a.dtype == "float32" and isinstance(b, E.Op) and b.op == "tanh" and _softplus_of(b.args[0], a):
             return E.Op("mish", (a,), "float32")
     return None
 

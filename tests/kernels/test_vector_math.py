@@ -121,6 +121,32 @@ def test_mish_is_one_op_within_four_ulp_of_float64_and_onnxruntime_special_value
     np.testing.assert_allclose(got, theirs, rtol=4e-7, atol=1e-44)
 
 
+@pytest.mark.parametrize("threshold", [20.0, 1.0])
+def test_torchs_thresholded_softplus_under_a_tanh_is_mish_where_the_threshold_is_past_tanhs_clamp(
+        tmp_path: Path, threshold: float) -> None:
+    """The dynamo exporter writes F.softplus as Where(x > 20, x, Softplus(x)); under a Tanh, above 9 that is
+    onnxruntime's tanh(9) either way, so Mul(x, Tanh(.)) is Mish. With a threshold of 1 it is another function."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
+    nodes = [helper.make_node("Softplus", ["x"], ["s"]), helper.make_node("Greater", ["x", "c"], ["g"]),
+             helper.make_node("Where", ["g", "x", "s"], ["w"]), helper.make_node("Tanh", ["w"], ["t"]),
+             helper.make_node("Mul", ["x", "t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(np.array(threshold, np.float32), "c")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    code = (dump / "kernels.c").read_text()
+    tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
+    assert ("evo_mish_f32(" in tasks) == (threshold >= 9)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    v = np.concatenate([np.linspace(-30, 30, 6001, dtype=np.float32),
+                        np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 3e38, -3e38], np.float32)])
+    (got,), (theirs,) = opt.run(None, {"x": v}), ref.run(None, {"x": v})
+    np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-38)
+
+
 def test_element_helpers_are_inlined_whatever_gccs_inlining_budget(tmp_path: Path) -> None:
     """The helpers a kernel calls per element are always inlined (prelude.c, EVO_FN): gcc drops a plain `static
     inline` once a large kernels.c exceeds its inlining budget, and a call per element kept YOLOv4's Mish loops
