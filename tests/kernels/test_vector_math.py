@@ -30,21 +30,29 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(a.view(np.int32).astype(np.int64) - b.view(np.int32).astype(np.int64))
 
 
-def _chain(tmp_path: Path, op: str, fn: str = "") -> tuple[ort.InferenceSession, ort.InferenceSession]:
-    """op(x) * 1: two nodes, so that one kernel computes them (the product by one is exact)."""
+def _optimized(tmp_path: Path, nodes: list[onnx.NodeProto], inits: dict[str, np.ndarray] | None = None,
+               opset: int = 17) -> tuple[ort.InferenceSession, ort.InferenceSession, str]:
+    """x[N] -> nodes -> y[N], float32, optimized (no guard): onnxruntime's session on the original, evonnx's on the
+    optimized model, and the C of its kernels' tasks."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
-    graph = helper.make_graph([helper.make_node(op, ["x"], ["t"]), helper.make_node("Mul", ["t", "one"], ["y"])],
-                              "g", [x], [y], [numpy_helper.from_array(np.array(1, np.float32), "one")])
+    graph = helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
     src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), str(src))
     dump = tmp_path / "dump"
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
     code = (dump / "kernels.c").read_text()
     tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
-    assert f"{fn or f'evo_{op.lower()}f'}(" in tasks and f" {op.lower()}f(" not in tasks  # ours, not libm's
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
-    return ref, evonnx.load_session(tmp_path / "m.opt.onnx")
+    return ref, evonnx.load_session(tmp_path / "m.opt.onnx"), tasks
+
+
+def _chain(tmp_path: Path, op: str, fn: str = "") -> tuple[ort.InferenceSession, ort.InferenceSession]:
+    """op(x) * 1: two nodes, so that one kernel computes them (the product by one is exact)."""
+    nodes = [helper.make_node(op, ["x"], ["t"]), helper.make_node("Mul", ["t", "one"], ["y"])]
+    ref, opt, tasks = _optimized(tmp_path, nodes, {"one": np.array(1, np.float32)})
+    assert f"{fn or f'evo_{op.lower()}f'}(" in tasks and f" {op.lower()}f(" not in tasks  # ours, not libm's
+    return ref, opt
 
 
 def test_log_within_one_ulp_of_float64_and_onnxruntime_special_values(tmp_path: Path) -> None:
@@ -87,20 +95,10 @@ def test_softplus_within_two_ulp_of_float64_and_onnxruntime_special_values(tmp_p
 def test_mish_is_one_op_within_four_ulp_of_float64_and_onnxruntime_special_values(tmp_path: Path) -> None:
     """Softplus -> Tanh -> Mul(x, .) becomes evo_mish_f32 (one exp, one division): at most 4 ulp from float64 over
     every 509th float with |x| < 200 and above the subnormal results, and the three ops' special values."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
     nodes = [helper.make_node("Softplus", ["x"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
              helper.make_node("Mul", ["t", "x"], ["y"])]
-    src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
-                                ir_version=8), str(src))
-    dump = tmp_path / "dump"
-    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
-    code = (dump / "kernels.c").read_text()
-    tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
+    ref, opt, tasks = _optimized(tmp_path, nodes)
     assert "evo_mish_f32(" in tasks and "evo_softplus_f32(" not in tasks and "evo_tanh_f32(" not in tasks
-    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
-    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
     bits = np.arange(0, 0x7F800000, 509, dtype=np.uint32)
     v = np.concatenate([bits.view(np.float32), -bits.view(np.float32)])
     v = v[np.abs(v) < 200]
@@ -126,21 +124,11 @@ def test_torchs_thresholded_softplus_under_a_tanh_is_mish_where_the_threshold_is
         tmp_path: Path, threshold: float) -> None:
     """The dynamo exporter writes F.softplus as Where(x > 20, x, Softplus(x)); under a Tanh, above 9 that is
     onnxruntime's tanh(9) either way, so Mul(x, Tanh(.)) is Mish. With a threshold of 1 it is another function."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
     nodes = [helper.make_node("Softplus", ["x"], ["s"]), helper.make_node("Greater", ["x", "c"], ["g"]),
              helper.make_node("Where", ["g", "x", "s"], ["w"]), helper.make_node("Tanh", ["w"], ["t"]),
              helper.make_node("Mul", ["x", "t"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(np.array(threshold, np.float32), "c")])
-    src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(src))
-    dump = tmp_path / "dump"
-    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
-    code = (dump / "kernels.c").read_text()
-    tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
+    ref, opt, tasks = _optimized(tmp_path, nodes, {"c": np.array(threshold, np.float32)}, opset=18)
     assert ("evo_mish_f32(" in tasks) == (threshold >= 9)
-    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
-    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
     v = np.concatenate([np.linspace(-30, 30, 6001, dtype=np.float32),
                         np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 3e38, -3e38], np.float32)])
     (got,), (theirs,) = opt.run(None, {"x": v}), ref.run(None, {"x": v})
