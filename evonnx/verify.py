@@ -377,7 +377,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                                    into, half):
                 if isinstance(mismatch, OutputMismatch) and not mismatch.kernel:
                     mismatch.kernel = first_differing_kernel(original, optimized, library, feeds, RTOL,
-                                                             lambda: _cpu_isa(variant)) or ""
+                                                             mismatch.output, lambda: _cpu_isa(variant)) or ""
                 raise
 
     def compare_each(feeds: Mapping[str, np.ndarray], refs: Sequence[object], gots: Sequence[object],

@@ -61,6 +61,16 @@ def test_a_kernel_whose_output_differs_is_left_to_onnxruntime_and_the_rest_stays
     assert np.array_equal(y, ref[0], equal_nan=True) and np.array_equal(z, np.ones((3, 4), np.float32))
 
 
+def test_a_last_bit_that_onnxruntime_amplifies_is_traced_to_its_kernel(tmp_path: Path) -> None:
+    """Where no kernel's outputs differ beyond the tolerance, the first kernel upstream of the output whose bits
+    differ at all is where the difference starts: here a float64 sum of exps, 1 ulp off onnxruntime's, which its Cos
+    of values near 1e300 turns into another number (fuzz case 2074 of the long run on da57773; replayed in
+    tests/security too)."""
+    src = Path(__file__).resolve().parent / "security" / "replays" / "case002074-84118808.onnx"
+    result = evonnx.optimize(src, tmp_path / "m.opt.onnx", guard=False)
+    assert result.check is not None and any(blamed_kernel(r.reason) for r in result.plan.rejected)
+
+
 def test_blamed_kernel_reads_only_its_own_reasons() -> None:
     assert blamed_kernel(blame_reason("evo3_0123abcd", "output 'y' differs")) == "evo3_0123abcd"
     assert blamed_kernel("left to onnxruntime by the never-slower guard (a reduced plan failed the check)") is None
