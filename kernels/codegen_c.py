@@ -22,6 +22,8 @@ from evonnx.kernels.boxes import box_block
 from evonnx.kernels.carry import JLOOP, plan_carries, render
 from evonnx.kernels.cprint import CTYPE, Hoist, Names, lane_groups, lane_reduce, print_expr, print_poly, with_binding
 from evonnx.kernels.ctext import encode, lint
+from evonnx.kernels.periodic import MAX_UNROLL
+from evonnx.kernels.pieces import Piece, pieces
 from evonnx.kernels.printing import (
     Tables,
     bind_symbols,
@@ -35,13 +37,10 @@ from evonnx.kernels.printing import (
 from evonnx.kernels.schedule import (
     FOUR_BYTE_DTYPES,
     LANES,
-    MAX_UNROLL,
-    Piece,
     lane_axis,
     loop_var,
     nonempty_view,
     piece_loops,
-    pieces,
     temporaries,
     unguarded_reductions,
 )

@@ -35,6 +35,8 @@ from evonnx.expr import Expr, substitute, walk
 from evonnx.index import Atom, FloorDiv, Foreign, Lookup, Max, Min, Mod, Poly, Sym, Var, is_nonneg, product, subs
 from evonnx.kernels.cprint import CTYPE, Names, print_expr, print_poly
 from evonnx.kernels.ctext import encode, lint
+from evonnx.kernels.periodic import MAX_UNROLL
+from evonnx.kernels.pieces import pieces
 from evonnx.kernels.printing import (
     Tables,
     bind_symbols,
@@ -44,7 +46,7 @@ from evonnx.kernels.printing import (
     node_list,
     template,
 )
-from evonnx.kernels.schedule import MAX_UNROLL, nonempty_view, piece_loops, pieces, polys, temporaries
+from evonnx.kernels.schedule import nonempty_view, piece_loops, polys, temporaries
 from evonnx.kernels.share import Canon
 from evonnx.records import KernelOutput, KernelSpec
 from evonnx.view import View

@@ -271,7 +271,7 @@ def test_pieces_split_at_selects_through_unrolled_axes_and_remainders() -> None:
     # bboxes kernel went from 1.37 ms to 0.73 ms).
     from evonnx.expr import Load, binary, const, index_val, where
     from evonnx.index import Poly, mod, var
-    from evonnx.kernels.schedule import pieces
+    from evonnx.kernels.pieces import pieces
     from evonnx.records import KernelOutput
 
     i1, i2 = var("i1", 100), var("i2", 4)
@@ -294,7 +294,7 @@ def test_split_points_skip_unrolled_values_where_the_condition_reads_out_of_rang
     # split; the others still split i1.
     from evonnx.expr import Load, binary, const, index_val, where
     from evonnx.index import Poly, Table, lookup, var
-    from evonnx.kernels.schedule import pieces
+    from evonnx.kernels.pieces import pieces
     from evonnx.records import KernelOutput
 
     i1, i2 = var("i1", 100), var("i2", 4)
@@ -314,7 +314,7 @@ def test_a_small_outer_axis_is_split_where_a_select_changes_branch() -> None:
     # yolov8n's head against 4.8 ms in onnxruntime)
     from evonnx.expr import Load, binary, const, index_val, where
     from evonnx.index import Poly, mod, var
-    from evonnx.kernels.schedule import pieces
+    from evonnx.kernels.pieces import pieces
     from evonnx.records import KernelOutput
 
     i1, i2 = var("i1", 4), var("i2", 8400)
