@@ -45,7 +45,17 @@ from evonnx.kernels.schedule import (
     unguarded_reductions,
 )
 from evonnx.kernels.share import Canon, argmax_from_max
-from evonnx.kernels.tiles import JTILE, TILE, TILE_ITEMSIZE, merged_inner, merged_tile_axis, row_start, tile_axis
+from evonnx.kernels.tiles import (
+    JTILE,
+    TILE,
+    TILE_ITEMSIZE,
+    lane_tile_lines,
+    lane_tile_store,
+    merged_inner,
+    merged_tile_axis,
+    row_start,
+    tile_axis,
+)
 from evonnx.kernels.unswitch import invariant_guards, unswitched_loop
 from evonnx.records import KernelOutput, KernelSpec, kernel_fingerprint
 from evonnx.view import View
@@ -278,7 +288,13 @@ class _Kernel:
             unit += ["        " + ln for ln in row_lanes]
             if decls:
                 unit += ["        " + d for d in decls] + lane_loop(_indented(row_body, "    "), "        ", "0")
-            unit += ["        for (int64_t j = 0; j < ext; ++j) {", *("            " + ln for ln in lanes),
+            stride = lane_tile_store(roots, [t for _, t in targets], lane, jv) if not lanes else None
+            if stride is not None:  # stored across a stride per lane: TILE x TILE tiles transposed (tiles.py)
+                _, tiled = _body(roots, targets, names, jv, row_arrays=[], lane_index="ll", outs=["tile[jj][ll]"])
+                unit += lane_tile_lines(tiled, bind, targets[0][0], print_poly(roots[0][0], names),
+                                        print_poly(stride, names))
+            unit += [f"        for (int64_t j = {'jt' if stride is not None else 0}; j < ext; ++j) {{",
+                     *("            " + ln for ln in lanes),
                      *lane_loop(_indented(body, "    "), "            "), "        }"]
         self.tasks.append(template("task_lanes.c").substitute(
             kernel=self.spec.name, note=encode(note, limit=600), fname=fname, range=rng,

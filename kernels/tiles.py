@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from evonnx.errors import InternalError
 from evonnx.expr import Expr, Load, Op, Reduce, TableLoad, substitute, walk
 from evonnx.index import Atom, FloorDiv, Foreign, Lookup, Max, Min, Mod, Poly, PolyLike, Var, floordiv, mod, subs, var
+from evonnx.kernels.cprint import with_binding
 from evonnx.kernels.schedule import polys
 
 # A block is TILE along w (8 float32: one AVX register per row) by JTILE along j: two 8 x 8 register transposes,
@@ -158,3 +159,44 @@ def _inside(a: Atom, v: Atom, memo: dict[Atom, bool]) -> bool:
         parts = ()
     memo[a] = found = any(b == v or _inside(b, v, memo) for q in parts for b in q.atoms())
     return found
+
+
+def lane_tile_store(roots: Sequence[tuple[Poly, Expr]], dtypes: Sequence[str], lane: Var, j: Var) -> Poly | None:
+    """The stride along `lane` of the one store of a lane task whose inner loop `j` stores contiguously and whose
+    lanes store across a stride (an L2-normalisation over channels written channels-last: JDE's embeddings), or
+    None. Such a task's elements are computed TILE along j by the block's TILE lanes, transposed in registers and
+    stored TILE contiguous elements per lane (`lane_tile_lines`), where they were stored one by one, 2 KB apart."""
+    if len(roots) != 1 or dtypes[0] != "float32":
+        return None
+    pos = roots[0][0]
+    if not (_top_level(pos, j) and _top_level(pos, lane)) or pos.coefficient(j) != Poly.of(1):
+        return None
+    stride = pos.coefficient(lane)
+    if stride is None or stride.const in (0, 1) or j in stride.atoms() or lane in stride.atoms() or any(
+            isinstance(a, Var) for a in stride.atoms()):
+        return None
+    return stride
+
+
+def lane_tile_lines(body: str, bind: str, slot: int, pos: str, stride: str) -> list[str]:
+    """C for the tiles of a lane task (`lane_tile_store`): whole TILE x TILE tiles of a whole block (skip 0) from
+    j = 0, then `jt` where the task's own element loop goes on. `body` computes the element at (j, lane `ll`) into
+    tile[jj][ll]; `pos` and `stride` are the store's position at (w, j) and its stride along the lanes."""
+    inner = [f"                    {ln.strip()}" for ln in body.split("\n") if ln.strip()]
+    return ["        int64_t jt = 0;",
+            f"        if (skip == 0 && ln == {TILE}) {{",
+            f"            for (; jt + {TILE} <= ext; jt += {TILE}) {{",
+            f"                float tile[{TILE}][{TILE}];",
+            f"                for (int64_t jj = 0; jj < {TILE}; ++jj) {{",
+            "                    const int64_t j = jt + jj;",
+            f"                    for (int64_t ll = 0; ll < {TILE}; ++ll) {{",
+            *[f"    {ln}" for ln in with_binding(f"                    {bind}", inner)],
+            "                    }",
+            "                }",
+            "                {",
+            "                    const int64_t w = l0;",
+            "                    const int64_t j = jt;",
+            f"                    evo_transpose8x8_to(tile, &out{slot}[{pos}], {stride});",
+            "                }",
+            "            }",
+            "        }"]

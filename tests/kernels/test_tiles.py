@@ -245,3 +245,40 @@ def test_a_select_seen_only_inside_a_piece_splits_it_and_the_parts_tile(tmp_path
     (want,) = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
     (got,) = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, feeds)
     np.testing.assert_array_equal(got, want)
+
+
+def _normalize_nhwc(tmp_path: Path, c: int) -> Path:
+    """JDE's embeddings as exported: x [1, C, H, W] permuted to [1, H, W, C], divided by its L2 norm over C
+    (F.normalize: the norm clipped at eps and expanded)."""
+    n = helper.make_node
+    nodes = [n("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]), n("ReduceL2", ["t"], ["l2"], axes=[-1], keepdims=1),
+             n("Clip", ["l2", "eps", ""], ["d"]), n("Shape", ["t"], ["s"]), n("Expand", ["d", "s"], ["e"]),
+             n("Div", ["t", "e"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "H", "W", c])],
+        [numpy_helper.from_array(np.array(1e-12, np.float32), "eps")])
+    path = tmp_path / "norm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+@pytest.mark.parametrize("c", [64, 37])
+def test_a_lane_task_stored_across_a_stride_is_tiled_and_matches_onnxruntime(tmp_path: Path, c: int,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane task (the norm over C for 8 lanes along W) whose store is contiguous along C and strided along W
+    computes 8 x 8 tiles and stores them transposed (tiles.lane_tile_store): whole tiles, then the rest of C, the
+    last block of lanes moved back over the one before, and W shorter than a block."""
+    monkeypatch.setenv("EVONNX_COST_MODEL", "defaults")
+    path = _normalize_nhwc(tmp_path, c)
+    out, dump = tmp_path / "o.onnx", tmp_path / "dump"
+    evonnx.optimize(path, out, sizes={"H": 3, "W": 16}, dump_dir=dump)
+    code = (dump / "kernels.c").read_text()
+    assert "reductions for 8 lanes of w<W" in code and "evo_transpose8x8_to(tile, &out0[" in code, code[-3000:]
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = evonnx.load_session(out)
+    for h, w in ((3, 16), (2, 13), (1, 8), (3, 7), (1, 3)):
+        x = np.random.default_rng(c * h * w).standard_normal((1, c, h, w)).astype(np.float32)
+        x[0, :, 0, 0] = 0.0  # a zero norm: the eps
+        (r,), (g,) = ref.run(None, {"x": x}), got.run(None, {"x": x})
+        np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-7)
