@@ -50,7 +50,33 @@ def as_float64(model: onnx.ModelProto) -> onnx.ModelProto | None:
                 break
             elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f32:
                 a.i = f64
+    _quantizers_in_float32(g)
     return out
+
+
+def _quantizers_in_float32(g: onnx.GraphProto) -> None:
+    """QuantizeLinear and DequantizeLinear, which onnxruntime has no float64 kernels for, fed float32 inputs
+    through Casts in `g` (widened by `as_float64`), a DequantizeLinear's output cast back to float64: the values
+    the original model computes there (fuzz case 4319 of the long run on 6acdaa3: with no float64 reference, a
+    float32 mean that onnxruntime's own sum order puts 1.6e-4 off the exact one refused a kernel that had it)."""
+    nodes: list[onnx.NodeProto] = []
+    for k, n in enumerate(g.node):
+        if n.domain in ("", "ai.onnx") and n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            floats = [0, 1] if n.op_type == "QuantizeLinear" else [1]
+            for i in floats:
+                if i < len(n.input) and n.input[i]:
+                    nodes.append(onnx.helper.make_node("Cast", [n.input[i]], [f"{n.input[i]}__f32_{k}"],
+                                                       to=onnx.TensorProto.FLOAT))
+                    n.input[i] = f"{n.input[i]}__f32_{k}"
+            nodes.append(n)
+            if n.op_type == "DequantizeLinear":
+                wide = n.output[0]
+                n.output[0] = f"{wide}__f32_{k}"
+                nodes.append(onnx.helper.make_node("Cast", [n.output[0]], [wide], to=onnx.TensorProto.DOUBLE))
+        else:
+            nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
 
 
 # onnxruntime's float ReduceMax/ReduceMin skip a NaN unless it is the row's first element on their scalar paths

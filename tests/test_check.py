@@ -353,6 +353,36 @@ def test_a_float_value_closer_to_float64_than_onnxruntimes_own_passes_and_a_furt
     assert not _closer_than_onnxruntime(model, "z", {"x": x}, exact, exact + off, result)
 
 
+def test_the_float64_reference_runs_quantizers_in_float32() -> None:
+    """onnxruntime has no float64 QuantizeLinear or DequantizeLinear: the reference feeds them float32 through
+    Casts and widens a DequantizeLinear's output again, so a model holding one still gets a float64 reference
+    (fuzz case 4319 of the long run on 6acdaa3: a mean of 196,611 values near -1e30 beside a DequantizeLinear)."""
+    import onnxruntime as ort
+
+    from evonnx.references import as_float64
+    from evonnx.verify import CheckResult, _closer_than_onnxruntime
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["d"]),
+             helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0),
+             helper.make_node("Add", ["m", "d"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+                              [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+                               numpy_helper.from_array(np.array(3, np.int8), "zp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    wide = as_float64(model)
+    assert wide is not None
+    x = (np.random.default_rng(1).standard_normal(65537) * 4 - 1e30).astype(np.float32)
+    (got,) = ort.InferenceSession(wide.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x.astype(np.float64)})
+    assert got.dtype == np.float64
+    q = np.clip(np.round(x / np.float32(0.5)) + 3, -128, 127)
+    np.testing.assert_array_equal(got, x.astype(np.float64).mean() + (q - 3) * 0.5)
+    exact = got.astype(np.float32)
+    assert _closer_than_onnxruntime(model, "y", {"x": x}, exact * np.float32(1.001), exact, CheckResult())
+
+
 def test_a_max_of_a_row_holding_nan_passes_where_it_follows_one_nan_rule_in_every_lane() -> None:
     """onnxruntime's vectorised ReduceMax lets a NaN win or not by its SIMD lane (fuzz seed 220022); an output
     that differs from its result passes where it matches the original with the first-element rule spelled out
