@@ -321,6 +321,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--half", action="store_true",
                    help="the float16 versions in models/fp16/ (models/fp16.py), float inputs in float16")
     p.add_argument("--json", help="write all numbers here")
+    p.add_argument("--plot", help="also write a PNG of each model's time over its floor here (benchmarks/plot.py)")
     p.add_argument("--dump-dir", help="also write each model's plan.txt / kernels.c under DIR/<model>/")
     p.add_argument("--manifest", default=str(MANIFEST), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -336,6 +337,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("benchmarks/cpu.py: --plot needs matplotlib (pip install 'evonnx[plot]')", file=sys.stderr)
+            return 2
     manifest = load_manifest(args.manifest)
     names = list(manifest) if not args.models else [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [n for n in names if n not in manifest]
@@ -392,6 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             k: v for k, v in vars(args).items() if k != "manifest"}, "total_s": total},
             "summary": summ, "models": results}, indent=1))
         print(f"wrote {args.json}")
+    if args.plot:
+        from plot import write_plot
+
+        write_plot({"models": results}, None, Path(args.plot),
+                   f"evonnx {info['evonnx_commit']}, {info['cpu']}, {info['cores']} cores, onnxruntime "
+                   f"{info['onnxruntime']}, {info['date'][:10]}")
+        print(f"wrote {args.plot}")
     return 1 if failed else 0
 
 
