@@ -12,10 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 from sec_cases import GRID, case_from_model
 from sec_models import I32, I64, F, make_model, node
 from sec_oracle import check_case
+
+import evonnx
 
 G = len(GRID["float32"])
 
@@ -438,3 +442,23 @@ def test_range_counts_its_elements_as_onnxruntime_does(bounds: tuple[int, int, i
         assert result.status == "refused" and "exceeds the supported range" in result.note, result.note
     else:
         assert result.status == "ok" and result.runs_compared == 1, result.note
+
+
+def test_float64_sigmoid_takes_onnxruntimes_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime's float64 Sigmoid is 1 - 1 / (1 + exp(x)) below 0: 0 from x = -36.74 on, where 1 / (1 + exp(-x))
+    is still 1e-285 at x = -656, so a Log after it gave -656 where onnxruntime gives -inf (fuzz case 2699 of the
+    long run on 6acdaa3: the check left the kernel to onnxruntime). The kernel now takes that form and stays."""
+    monkeypatch.setenv("EVONNX_COST_MODEL", "defaults")
+    g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Log", ["s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["N"])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["N"])])
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    result = evonnx.optimize(src, out, guard=False)
+    assert len(result.kernels) == 1, result.plan
+    x = np.concatenate([np.linspace(-800, 800, 20001), [0.0, -0.0, np.inf, -np.inf, np.nan, -36.7, -36.8]])
+    (ref,) = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = evonnx.load_session(out).run(None, {"x": x})
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))  # -inf exactly where onnxruntime's is
+    assert np.isneginf(ref[x <= -36.8]).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12, equal_nan=True)
