@@ -39,7 +39,13 @@ EVO_FN double evo_pzero_f64(void) { return 0.0; }
 EVO_FN float evo_abs_f32(float x) { return fabsf(x); }
 EVO_FN double evo_abs_f64(double x) { return fabs(x); }
 #ifdef __CUDACC__
-EVO_FN float evo_sigmoid_f32(float x) { return 1.0f / (1.0f + evo_expf(-x)); }
+/* onnxruntime's CUDA Sigmoid (its OP_Sigmoid, every float type): 1 / (1 + e) above 0, 1 - 1 / (1 + e) at and below,
+ * e = exp(-|x|); 0 from x = -16.6 on in float, where 1 / (1 + exp(-x)) is still 6e-8 (a Log after it: -inf
+ * against -16.6). The float64 form below is the same. */
+EVO_FN float evo_sigmoid_f32(float x) {
+    const float e = evo_expf(-fabsf(x));
+    return x > 0.0f ? 1.0f / (1.0f + e) : 1.0f - 1.0f / (1.0f + e);
+}
 #else
 /* onnxruntime's CPU Sigmoid (and QuickGelu) is MLAS's logistic kernel: Eigen's rational approximation on x clamped
  * to [-18, 18], evaluated with fused multiply-adds (its FMA3 kernel on x86-64 with AVX2), the result floored at 0.
@@ -152,10 +158,11 @@ EVO_FN float evo_erf_f32(float x) {
     return r;
 }
 #endif
-/* onnxruntime's float64 Sigmoid (Eigen's select on the CPU, the same form in its CUDA kernel): 1 / (1 + e) for x >= 0
- * and 1 - 1 / (1 + e) below, e = exp(-|x|). Below 0 its absolute error is an ulp of 1, and it is 0 from x = -36.74
- * on; 1 / (1 + exp(-x)) gave 1e-285 at x = -656, where onnxruntime gives 0 and a Log after it -inf (fuzz case 2699
- * of the long run on 6acdaa3). The form, not exp's last bit, which libm and Eigen may round apart. NaN stays NaN. */
+/* onnxruntime's float64 Sigmoid (Eigen's select on the CPU, the same form in its CUDA OP_Sigmoid): 1 / (1 + e) for
+ * x >= 0 and 1 - 1 / (1 + e) below, e = exp(-|x|). Below 0 its absolute error is an ulp of 1, and it is 0 from
+ * x = -36.74 on; 1 / (1 + exp(-x)) gave 1e-285 at x = -656, where onnxruntime gives 0 and a Log after it -inf (fuzz
+ * case 2699 of the long run on 6acdaa3). The form, not exp's last bit, which libm and Eigen may round apart. NaN
+ * stays NaN. */
 EVO_FN double evo_sigmoid_f64(double x) {
     const double e = exp(-fabs(x));
     return x >= 0.0 ? 1.0 / (1.0 + e) : 1.0 - 1.0 / (1.0 + e);
