@@ -208,7 +208,8 @@ def _serve() -> None:
     while True:
         try:
             module, name, args, kwargs = pickle.load(from_parent)
-        except EOFError:
+        except EOFError:  # the parent is done, or gone (killed: SIGKILL, or SIGTERM outside the CLI)
+            _leave()
             return
         try:
             fn: Any = importlib.import_module(module)
@@ -224,8 +225,20 @@ def _serve() -> None:
                 reply = ("error", InternalError(f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         try:
             _send(to_parent, reply)
+        except BrokenPipeError:  # the parent died during the call
+            _leave()
+            return
         except Exception as e:  # noqa: BLE001 - a result that does not pickle is a bug
             _send(to_parent, ("error", InternalError(f"cannot send the result of {name}: {e}")))
+
+
+def _leave() -> None:
+    """The worker's temporary folder (its TMPDIR), removed by the worker itself as it exits: the parent removes it
+    too when it stops the worker, but a parent killed outright (SIGKILL; SIGTERM to a process using the API, which
+    runs no atexit) left it behind, one `evonnx-worker-*` folder per killed process."""
+    own = os.environ.get("TMPDIR", "")
+    if Path(own).name.startswith("evonnx-worker-"):
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def register_library(options: Any, library: str | Path) -> None:

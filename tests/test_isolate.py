@@ -128,3 +128,29 @@ def test_a_worker_that_exits_says_so_with_its_last_stderr_line_not_as_a_crash() 
     assert str(e.value) == ("evonnx's worker process ended (exit status 3) while running leave: "
                             "the worker's own complaint")
     assert echo(4)[0] == 4
+
+
+def test_a_killed_callers_worker_removes_its_own_folder(tmp_path: Path) -> None:
+    """A caller killed outright (SIGKILL, or SIGTERM to a process using the API, which runs no atexit) cannot remove
+    its worker's folder: the worker, reading EOF, removes it as it exits (29 such folders had piled up in /tmp)."""
+    import subprocess
+    import sys
+
+    script = ("from evonnx import isolate\nfrom test_isolate import echo\necho(0)\n"
+              "print(isolate.worker_tmp(), flush=True)\nimport time\ntime.sleep(60)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *os.environ.get(
+        "PYTHONPATH", "").split(os.pathsep)]).rstrip(os.pathsep))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        folder = Path(proc.stdout.readline().strip())
+        assert folder.name.startswith("evonnx-worker-") and folder.is_dir()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not folder.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
