@@ -107,9 +107,9 @@ def _compare(name: str, ref: np.ndarray, got: np.ndarray, exact: bool, result: C
              signs: bool = True, tolerance: str | None = None) -> None:
     """Raises VerificationError when `got` differs from onnxruntime's `ref`: bit for bit where `exact` (NaN == NaN;
     +0 == -0 only without `signs`), else within the tolerance of the dtype `tolerance` names, or of its own."""
-    if ref.shape != got.shape or ref.dtype != got.dtype:
-        raise VerificationError(f"output '{name}': optimized gives {got.dtype}{list(got.shape)}, "
-                                f"original {ref.dtype}{list(ref.shape)}")
+    if ref.shape != got.shape or ref.dtype != got.dtype:  # an OutputMismatch, so that the blame looks for its kernel
+        raise OutputMismatch(f"output '{name}': optimized gives {got.dtype}{list(got.shape)}, "
+                             f"original {ref.dtype}{list(ref.shape)}", name)
     result.compared += 1
     if exact or ref.dtype.kind not in "fc":
         result.exact += 1
