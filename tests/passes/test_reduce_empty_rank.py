@@ -196,3 +196,31 @@ def test_a_topk_of_k_computed_has_the_shape_its_k_gives(tmp_path: Path) -> None:
         feeds = {"x1": rng.standard_normal((n, 50)).astype(np.float32),
                  "x2": rng.standard_normal((n, 7)).astype(np.float32)}
         np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+def test_a_float16_reduction_keeps_the_quirk_shape_computed_in_float32(tmp_path: Path) -> None:
+    """A float16 reduction is computed in float32 and converted back (lower_ops._in_float32): the conversion kept
+    the shape but dropped the quirk shape of an empty input, so ReduceSum(x[8, M, M], axes=[-3], keepdims=0) gave
+    [0, 0] against onnxruntime's [8, 0, 0] at M = 0. The If beside it (a float16 body) makes evonnx plan on the
+    model as written, where the ReduceSum is float16 (fuzz case 10515 of the long run on 6acdaa3)."""
+    h, f16 = helper, TensorProto.FLOAT16
+    body = {k: h.make_graph([h.make_node(op, ["r"], [k])], k, [], [h.make_tensor_value_info(k, f16, None)])
+            for k, op in (("a", "Abs"), ("b", "Neg"))}
+    nodes = [h.make_node("Round", ["x"], ["r"]), h.make_node("ReduceSum", ["r", "ax"], ["y"], keepdims=0),
+             h.make_node("Size", ["r"], ["n"]), h.make_node("Greater", ["n", "zero"], ["c"]),
+             h.make_node("If", ["c"], ["z"], then_branch=body["a"], else_branch=body["b"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", f16, [8, "M", "M"])],
+                         [h.make_tensor_value_info("y", f16, None), h.make_tensor_value_info("z", f16, None)],
+                         [onnx.numpy_helper.from_array(np.array([-3], np.int64), "ax"),
+                          onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 18)], ir_version=8), str(src))
+    result = evonnx.optimize(src, out, guard=False, planner="greedy")
+    assert len(result.kernels) == 1 and not [r for r in result.plan.rejected if "left to" in r.reason]
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    got = evonnx.load_session(out)
+    for m in (0, 3):
+        x = np.arange(8 * m * m, dtype=np.float16).reshape(8, m, m)
+        (r, _), (g, _) = ref.run(None, {"x": x}), got.run(None, {"x": x})
+        assert g.shape == r.shape == ((8, 0, 0) if m == 0 else (m, m))
+        np.testing.assert_array_equal(g, r)
