@@ -187,6 +187,7 @@ def _merge_neighbours(o: KernelOutput, ranges: list[tuple[tuple[Poly, Poly], ...
     [1:2]; as single rows they joined the visibility rows' task, apart from [2:4], and the DFL Softmax each box row
     reads ran in two tasks (2x its work)."""
     out = list(ranges)
+    whole: dict[tuple[tuple[tuple[Poly, Poly], ...], int], bool] = {}  # a union refused is not substituted again
     merged = True
     while merged:
         merged = False
@@ -197,7 +198,9 @@ def _merge_neighbours(o: KernelOutput, ranges: list[tuple[tuple[Poly, Poly], ...
                     continue
                 k = axes[0]
                 union = a[:k] + ((a[k][0], b[k][1]),) + a[k + 1:]
-                if _whole(o, union, k):
+                if (union, k) not in whole:
+                    whole[union, k] = _whole(o, union, k)
+                if whole[union, k]:
                     out[i] = union
                     del out[j]
                     merged = True
