@@ -194,7 +194,7 @@ COMPARE = {"eq", "lt", "le", "gt", "ge"}
 LOGIC = {"and", "or", "xor"}
 UNARY_EXACT = {"neg", "abs", "floor", "ceil", "round", "sqrt", "reciprocal", "relu", "sign", "not",
                "isnan", "isinf"}
-UNARY_INEXACT = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "mish"}
+UNARY_INEXACT = {"exp", "exp_nonpos", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "mish"}
 EXACT_OPS = ARITH - {"pow"} | COMPARE | LOGIC | UNARY_EXACT | {"where", "cast", "clip", "keep"}
 
 

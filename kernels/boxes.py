@@ -22,7 +22,8 @@ BOX = 4  # elements of a box: the unrolled width a box block takes
 # clamp_inplace (a clamp per coordinate) 42.6 -> 69.4 us, anchor_grid (a table plus a row's offset) 89.7 -> 209,
 # tblr2bbox (adds and multiplies) 16.0 -> 19.2: where every coordinate is a few cheap operations, gcc's vectors of
 # 2 boxes waste little, and the shuffles are the larger cost.
-_COSTLY = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "softplus", "mish", "pow", "sin", "cos", "sqrt"})
+_COSTLY = frozenset({"exp", "exp_nonpos", "log", "tanh", "erf", "sigmoid", "softplus", "mish", "pow", "sin", "cos",
+                     "sqrt"})
 
 # element types a block moves, and the suffix of prelude.c's helpers for their size (evo_boxes_in, evo_boxes_in2)
 _BOX_DTYPES = FOUR_BYTE_DTYPES | TWO_BYTE_DTYPES

@@ -23,8 +23,8 @@ CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "
 UTYPE = {"int64": "uint64_t", "int32": "uint32_t", "int16": "uint16_t", "int8": "uint8_t"}
 SUFFIX = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "u8", "float16": "f16"}
-_MATH1 = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "sin": "sin", "cos": "cos", "sqrt": "sqrt",
-          "floor": "floor", "ceil": "ceil", "round": "rint"}
+_MATH1 = {"exp": "exp", "exp_nonpos": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "sin": "sin", "cos": "cos",
+          "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "rint"}
 
 
 class Names:
@@ -577,8 +577,8 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
         return f"evo_{op}_{s}({a[0]})"
     if op == "isnan":
         return f"(isnan({a[0]}) != 0)"
-    if op == "exp" and src == "float32":
-        return f"evo_expf({a[0]})"
+    if op in ("exp", "exp_nonpos") and src == "float32":
+        return f"evo_expf{'' if op == 'exp' else '_nonpos'}({a[0]})"
     if op == "log" and src == "float32":
         return f"evo_logf({a[0]})"
     if op in ("erf", "tanh") and src == "float32":

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 NOMINAL_SIZE = 1024
 # Calls into libm (or evonnx's own exp): priced like the micro-benchmark's expf. Division and sqrt are single
 # (vectorisable) instructions and count as simple operations.
-SPECIAL = {"exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "mish", "pow"}
+SPECIAL = {"exp", "exp_nonpos", "log", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "mish", "pow"}
 
 
 @dataclass(frozen=True)

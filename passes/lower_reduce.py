@@ -157,7 +157,7 @@ def _reducer(kind: str) -> Callable[..., list[Lazy]]:
 # Unary ops that are nondecreasing and NaN exactly where their argument is (`_reducer`'s max/min rewrite). Not
 # Relu, Floor or Ceil: they map unequal inputs to +0 and -0, and the max of [ceil(-0.5), ceil(0)] is the first
 # zero, -0, where ceil(max) is +0.
-_MONOTONE = frozenset({"sigmoid", "exp", "tanh"})
+_MONOTONE = frozenset({"sigmoid", "exp", "exp_nonpos", "tanh"})
 
 
 def _extreme(elem: Expr, kind: str, rvars: list[Poly], count: Poly, reduce: Callable[[Expr, str], Expr]) -> Expr:
@@ -269,17 +269,19 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
             def at(r: Poly) -> Expr:
                 return x.fn(idx[:axis] + (r,) + idx[axis + 1:])
 
+            # each exp is of x - m, x one of the row's elements that m is the max of (the first, where NaN): at
+            # most 0, or NaN, so it needs no overflow or gradual underflow handling (exp_nonpos, prelude.c)
             r1, r2 = L.fresh_var(x.shape[axis]), L.fresh_var(x.shape[axis])
             if r1.atom() is None:  # an axis of one element (fuzz case 36, seed 990000): no reduction loop
                 m = at(r1)
-                s = E.unary("exp", E.binary("sub", at(r2), m))
+                s = E.unary("exp_nonpos", E.binary("sub", at(r2), m))
             else:
                 m = E.Reduce("max", r1, at(r1), x.dtype)
-                s = E.Reduce("sum", r2, E.unary("exp", E.binary("sub", at(r2), m)), x.dtype)
+                s = E.Reduce("sum", r2, E.unary("exp_nonpos", E.binary("sub", at(r2), m)), x.dtype)
             shifted = E.binary("sub", x.fn(idx), m)
             if log:
                 return E.binary("sub", shifted, E.unary("log", s))
-            return E.binary("div", E.unary("exp", shifted), s)
+            return E.binary("div", E.unary("exp_nonpos", shifted), s)
 
         return [Lazy(x.dtype, x.shape, fn)]
     return f
@@ -395,7 +397,7 @@ def _softmax_quotient(e: Expr, v: Poly) -> tuple[Expr, Expr] | None:
     if not (isinstance(e, E.Op) and e.op == "div"):
         return None
     num, den = e.args
-    if not (isinstance(num, E.Op) and num.op == "exp" and isinstance(den, E.Reduce) and den.op == "sum"):
+    if not (isinstance(num, E.Op) and num.op == "exp_nonpos" and isinstance(den, E.Reduce) and den.op == "sum"):
         return None
     shifted = num.args[0]
     if not (isinstance(shifted, E.Op) and shifted.op == "sub" and isinstance(shifted.args[1], E.Reduce)

@@ -337,10 +337,8 @@ static inline int64_t evo_imax(int64_t a, int64_t b) { return a < b ? b : a; }
 #endif
 /* exp for float32 without a libm call, so loops around it vectorise: exp(x) = 2^n * exp(r), |r| <= ln2/2, with
  * Cephes' degree-6 polynomial (relative error about 1e-7, like onnxruntime's own vectorised exp, which is not
- * libm's either). 2^n is applied in two halves so that the overflow to inf above 88.72 and the gradual underflow
- * to 0 below -87.3 come out as IEEE expf gives them. NaN propagates through the clamp. */
-EVO_INLINE float evo_expf(float x) {
-    const float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
+ * libm's either). evo_expf_poly gives exp(r) and n for an argument already clamped. */
+EVO_INLINE float evo_expf_poly(float xc, int32_t *ni) {
     float n = xc * 1.44269504088896341f;
     n = (n + 12582912.0f) - 12582912.0f; /* round to nearest integer (1.5 * 2^23 trick) */
     float r = xc - n * 0.693359375f;
@@ -351,12 +349,30 @@ EVO_INLINE float evo_expf(float x) {
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    float y = p * (r * r) + r + 1.0f;
-    const int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+    *ni = (int32_t)n;
+    return p * (r * r) + r + 1.0f;
+}
+/* 2^n is applied in two halves so that the overflow to inf above 88.72 and the gradual underflow to 0 below -87.3
+ * come out as IEEE expf gives them. NaN propagates through the clamp. */
+EVO_INLINE float evo_expf(float x) {
+    int32_t ni;
+    const float y = evo_expf_poly(x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x), &ni);
+    const int32_t n1 = ni / 2, n2 = ni - n1;
     union { float f; int32_t i; } s1, s2;
     s1.i = (n1 + 127) << 23;
     s2.i = (n2 + 127) << 23;
     return y * s1.f * s2.f;
+}
+/* evo_expf of an argument at most 0, or NaN (Softmax's x - max(x), passes/lower_reduce.py): no overflow clamp, and
+ * 2^n applied in one step, about half evo_expf's instructions in a vectorised loop (a DFL head's exps). The bits of
+ * evo_expf down to -87.34, where exp reaches the subnormals, and a little below (the product rounds once); from -88
+ * on, -inf too, the clamp gives n = -127 and 2^n = +0, so 0 where exp is below 8.6e-39. NaN propagates. */
+EVO_INLINE float evo_expf_nonpos(float x) {
+    int32_t ni;
+    const float y = evo_expf_poly(x < -88.0f ? -88.0f : x, &ni);
+    union { float f; int32_t i; } s;
+    s.i = (ni + 127) << 23;
+    return y * s.f;
 }
 
 /* log for float32 without a libm call, so loops around it vectorise: Cephes' degree-8 polynomial on the mantissa

@@ -8,6 +8,9 @@ against float64 numpy, and its special values against onnxruntime's CPU kernel.
 - evo_softplus_f32 (helpers.h): log1p(exp(-|x|)) through evo_expf and evo_logf (Goldberg's log1p), plus max(x, 0).
   At most 2 ulp from float64 over every 509th float with |x| < 200 (93.5% exact); onnxruntime's Softplus is at
   most 4.
+- evo_expf_nonpos (prelude.c): evo_expf for Softmax's x - max(x), at most 0 or NaN, without the overflow clamp and
+  with 2^n in one step. The same bits as evo_expf from 0 down to -87.34 (where exp reaches the subnormals), all
+  within 1 ulp of the correctly rounded exp (every nonpositive float32, a C loop); below, at most 8.6e-39 off.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import evonnx
+from evonnx.kernels.printing import helpers, template
 
 pytestmark = pytest.mark.compiler
 
@@ -161,3 +165,93 @@ def test_element_helpers_are_inlined_whatever_gccs_inlining_budget(tmp_path: Pat
     left = sorted({s for s in symbols.split() if s.startswith(("evo_softplus", "evo_tanh", "evo_erf", "evo_expf",
                                                                "evo_logf", "evo_mish"))})
     assert not left, f"not inlined: {left}"
+
+
+_EXP_NONPOS = r"""
+static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+#define EVO_N 4096
+int main(void) {
+    static float in[EVO_N], a[EVO_N], b[EVO_N];
+    unsigned long long differ = 0, worst = 0, tail = 0, nan = 0;
+    uint32_t first = 0;
+    /* every STRIDE-th pattern from -0 (0x80000000) to -inf (0xff800000) and the NaNs past it, ending at -inf */
+    for (uint64_t base = 0x80000000u; base < 0x100000000u; base += (uint64_t)EVO_N * STRIDE) {
+        for (int i = 0; i < EVO_N; ++i) {
+            uint64_t u = base + (uint64_t)i * STRIDE;
+            in[i] = from_bits(u < 0x100000000u ? (uint32_t)u : 0xff800000u);
+        }
+        for (int i = 0; i < EVO_N; ++i) a[i] = evo_expf_nonpos(in[i]);
+        for (int i = 0; i < EVO_N; ++i) b[i] = evo_expf(in[i]);
+        for (int i = 0; i < EVO_N; ++i) {
+            const float x = in[i];
+            if (x != x) { nan += a[i] == a[i]; continue; }
+            if (x >= -87.33654f) {
+                if (to_bits(a[i]) != to_bits(b[i])) { if (!differ) first = to_bits(x); ++differ; }
+                const long long d = (long long)to_bits(a[i]) - (long long)to_bits((float)exp((double)x));
+                const unsigned long long u = (unsigned long long)(d < 0 ? -d : d);
+                worst = u > worst ? u : worst;
+            } else {
+                tail += !(a[i] >= 0.0f && fabs((double)a[i] - exp((double)x)) <= 8.6e-39);
+            }
+        }
+    }
+    printf("%llu %08x %llu %llu %llu\n", differ, first, worst, tail, nan);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["x86-64", "x86-64-v3"])
+def test_exp_of_a_nonpositive_argument_is_evo_expf_down_to_the_subnormals(tmp_path: Path, arch: str) -> None:
+    """evo_expf_nonpos, a Softmax's exp (x - max(x) is at most 0 or NaN), on every 61st nonpositive float32 and
+    -inf, compiled as the kernels are (both variants' instruction sets): the bits of evo_expf where exp is normal
+    (2^n applied in one step is exact there), within 1 ulp of the correctly rounded exp, 0 to 8.6e-39 below, and
+    NaN for NaN."""
+    import subprocess
+
+    src = tmp_path / "exp_nonpos.c"
+    src.write_text(template("prelude.c").substitute(model="exp_nonpos", helpers=helpers(), half="")
+                   + "#define STRIDE 61\n" + _EXP_NONPOS)
+    exe = tmp_path / "exp_nonpos"
+    flags = ["-std=gnu11", "-O3", f"-march={arch}", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+             "-fopenmp-simd", "-Wno-unused-function"]
+    runtime = Path(__file__).resolve().parents[2] / "kernels" / "runtime"
+    build = subprocess.run(["gcc", *flags, f"-I{runtime}", str(src), "-o", str(exe), "-lm"], capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    differ, first, worst, tail, nan = subprocess.run([str(exe)], check=True, capture_output=True,
+                                                     text=True).stdout.split()
+    assert differ == "0", f"{differ} values differ from evo_expf, the first 0x{first}"
+    assert int(worst) <= 1, f"{worst} ulp from exp"
+    assert tail == "0", f"{tail} values below -87.34 are more than 8.6e-39 from exp"
+    assert nan == "0", f"{nan} NaNs lost"
+
+
+def test_softmax_exps_are_of_nonpositive_arguments(tmp_path: Path) -> None:
+    """A Softmax's and LogSoftmax's exps (lower_reduce._softmax) call evo_expf_nonpos; special values in a row
+    (+-inf, NaN, a spread past exp's range) match onnxruntime."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 8])
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Softmax", ["n"], ["s"], axis=-1),
+             helper.make_node("Neg", ["s"], ["y"]), helper.make_node("LogSoftmax", ["n"], ["l"], axis=-1),
+             helper.make_node("Neg", ["l"], ["z"])]
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y, z]),
+                                opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
+    code = (dump / "kernels.c").read_text()
+    tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
+    assert "evo_expf_nonpos(" in tasks and "evo_expf(" not in tasks
+    rng = np.random.default_rng(3)
+    rows = [rng.standard_normal(8) * 30, np.linspace(-200, 0, 8), [np.inf, 0, 1, 2, 3, 4, 5, 6],
+            [-np.inf, 0, 1, 2, 3, 4, 5, 6], [np.nan, 0, 1, 2, 3, 4, 5, 6], [0, 1, np.nan, 3, 4, 5, 6, 7],
+            [-np.inf] * 8, [np.inf, np.inf, 0, 0, 0, 0, 0, 0], [0, -90, -100, -87.5, -88, -103, 1e-30, 3]]
+    feeds = {"x": np.array(rows, np.float32)}
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, feeds)
+    for want, have in zip(ref, got):
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+        assert np.array_equal(have == 0, want == 0)  # -inf logits give 0, and nothing else does
