@@ -144,10 +144,9 @@ class _Kernel:
         if inner is not None and lane is not None:
             self._add_lane_task(outer, outer_ext, inner, inner_ext, lane, roots, targets, members, unrolled)
             return
-        # an ArgMax searches for its ReduceMax (one pass shared with a ReduceMax of the same values); the lane
-        # tasks keep theirs (cprint.lane_reduce computes both per lane in one pass)
-        roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon), strict=True))
+        # an ArgMax is its ReduceMax's first index, both in one pass (lane tasks: cprint.lane_reduce does the same)
         names = Names(cvars, self.sym_names, self.tables.names, hoist=self.hoist)
+        roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon, names.searches)))
         row_body, body = _body(roots, targets, names, jv := loop_var(inner) if inner is not None else None)
         boxes = box_block(roots, targets, jv, unrolled, names,
                           lambda outs, seeded: _body(roots, targets, names, jv, outs=outs, seeded=seeded)[1])

@@ -16,6 +16,7 @@ import numpy as np
 from evonnx.errors import InternalError
 from evonnx.expr import FLOATS, HALF, INTS, SIGNED, Const, Expr, IndexVal, Load, Op, Picked, Reduce, TableLoad, walk
 from evonnx.index import Atom, FloorDiv, Lookup, Max, Min, Mod, Poly, Sym, Var
+from evonnx.kernels.share import extreme_and_first
 
 CTYPE = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
          "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
@@ -48,6 +49,9 @@ class Names:
         self.pre: list[str] | None = None
         # reductions already computed for a block of lanes (`lane_reduce`): their per-lane result expressions
         self.lane_results: dict[Expr, str] = {}
+        # extremes whose first index is searched for (share.argmax_from_max); searches their pass computed
+        self.searches: dict[Expr, Expr] = {}
+        self.found: dict[Expr, str] = {}  # taken by the search's next print (share.extreme_and_first)
         # how many guarded Where branches enclose the expression being printed (print_expr)
         self.guarded = 0
         # divisions kept as running values by a task's inner loop (carry.py): their C names
@@ -185,6 +189,8 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     select_last_index, the last) index holding it."""
     if e in names.lane_results:
         return names.lane_results[e]
+    if (found := names.found.pop(e, None)) is not None:
+        return found
     v = e.var.atom()
     assert isinstance(v, Var)
     r = names.fresh_loop()
@@ -195,7 +201,13 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     names.pre = inner  # what the body's own reductions compute goes inside this loop
     body = _dot_factors(e, sub) if e.op == "dot" else sub(e.body)
     names.pre = outer
-    lines, result = _reduce_code(e, r, ext, body, inner or [], simd=names.index_type is None)
+    if (search := names.searches.get(e)) and outer is not None and names.index_type is None and not inner and (
+            e.body.dtype in ("float32", "float64", *INTS)):
+        lines, result, names.found[search] = extreme_and_first(e.op, r, ext, body, CTYPE[e.body.dtype], _extreme(
+            e.body.dtype, e.op == "max"), e.body.dtype in FLOATS, v.extent.const)
+    else:
+        lines, result = _reduce_code(e, r, ext, body, inner or [], simd=names.index_type is None)
+        names.found.pop(e, None)  # a search printed on its own leaves no result for a later print of it
     if outer is not None:
         outer.extend(lines)
         return result

@@ -57,7 +57,7 @@ def test_a_top_level_argmax_searches_for_the_shared_max() -> None:
     assert argmax_from_max([guarded], canon) == [guarded]
 
 
-def _model(path: Path, dtype: int, last: int) -> Path:
+def _model(path: Path, dtype: int, last: int, k: int = K) -> Path:
     """x[N, K] -> Mul by a column of x: ReduceMax, a second ReduceMax read by a Greater, ArgMax (a score filter's
     shape), all fused into one kernel."""
     col = helper.make_node("Slice", ["x", "s0", "s1", "ax"], ["c"])
@@ -73,18 +73,18 @@ def _model(path: Path, dtype: int, last: int) -> Path:
     inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n)
              for n, v in (("s0", [0]), ("s1", [1]), ("ax", [1]))]
     inits.append(onnx.numpy_helper.from_array(np.zeros((1, 1), np_t), "zero"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", dtype, ["N", K])],
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", dtype, ["N", k])],
                               [helper.make_tensor_value_info("y", dtype, ["N", 3])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(path))
     return path
 
 
-def _rows(n: int, dtype: int, rng: np.random.Generator) -> np.ndarray:
+def _rows(n: int, dtype: int, rng: np.random.Generator, k: int = K) -> np.ndarray:
     if dtype == TensorProto.INT32:
-        x = rng.integers(-3, 4, size=(n, K)).astype(np.int32)
+        x = rng.integers(-3, 4, size=(n, k)).astype(np.int32)
         x[:, 0] = rng.choice([1, -1], size=n)
         return x
-    x = np.round(rng.standard_normal((n, K)) * 2, 0).astype(np.float32)  # many ties
+    x = np.round(rng.standard_normal((n, k)) * 2, 0).astype(np.float32)  # many ties
     x[:, 0] = rng.choice([1.0, -1.0, 0.5], size=n)
     for r in range(n):
         kind = r % 7
@@ -92,12 +92,12 @@ def _rows(n: int, dtype: int, rng: np.random.Generator) -> np.ndarray:
             x[r, 1] = np.nan  # NaN at element 0 of the product (x * x[:, 0])
             x[r, 0] = np.nan
         elif kind == 2:
-            x[r, rng.integers(2, K, size=3)] = np.nan  # NaN after element 0
+            x[r, rng.integers(2, max(3, k), size=3) % k] = np.nan  # NaN after element 0 (and 1)
         elif kind == 3:
             x[r, 1:] = 0.0
             x[r, 1::2] = -0.0  # -0 and +0 tie
         elif kind == 4:
-            x[r, rng.integers(1, K, size=2)] = np.inf
+            x[r, rng.integers(1, k, size=2)] = np.inf
         elif kind == 5:
             x[r, 1:] = -np.inf
     return x
@@ -124,5 +124,29 @@ def test_shared_max_and_argmax_match_onnxruntime(tmp_path: Path, dtype: int, las
         np.testing.assert_array_equal(got[:, 1], want[:, 1], err_msg=f"ArgMax, N={n}")
         # onnxruntime's ReduceMax over an innermost axis lets a NaN after element 0 win or not by its SIMD lane
         # (README, Limits); its ArgMax is a scalar loop, compared on every row above
+        steady = np.arange(n) % 7 != 2 if dtype == TensorProto.FLOAT else np.ones(n, bool)
+        np.testing.assert_array_equal(got[steady], want[steady], err_msg=f"N={n}")
+
+
+@pytest.mark.compiler
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.INT32])
+@pytest.mark.parametrize("k", [2, 9, 13, 31])
+def test_max_and_first_index_in_one_pass_over_any_row_length(tmp_path: Path, dtype: int, k: int) -> None:
+    """The ReduceMax and its ArgMax in one pass (share.extreme_and_first: 8 lanes, then the remainder of a row
+    that is not a multiple of 8 in the lanes it falls on): the same values and indices as onnxruntime's, rows of
+    ties, NaN, infinities and all -inf (its index found by the scan) among them."""
+    src = _model(tmp_path / "m.onnx", dtype, 0, k)
+    dump = tmp_path / "dump"
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False, planner="greedy")
+    code = (dump / "kernels.c").read_text()
+    assert re.search(r"r\d+_m\[8\];", code), "the max and its index in one pass"
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    opt = evonnx.load_session(tmp_path / "m.opt.onnx")
+    rng = np.random.default_rng(k)
+    for n in (1, 7, 50):
+        x = _rows(n, dtype, rng, k)
+        (want,) = ref.run(None, {"x": x})
+        (got,) = opt.run(None, {"x": x})
+        np.testing.assert_array_equal(got[:, 1], want[:, 1], err_msg=f"ArgMax, N={n}")
         steady = np.arange(n) % 7 != 2 if dtype == TensorProto.FLOAT else np.ones(n, bool)
         np.testing.assert_array_equal(got[steady], want[steady], err_msg=f"N={n}")
