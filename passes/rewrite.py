@@ -32,6 +32,7 @@ def _dim(d: Poly, an: Analysis) -> int | str | None:
 
 
 def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
+    gone = _removed_by_onnxruntime(g)
     g = g.copy()
     # Live: read on the way to an output once plan-time folding is done, with every kernel's nodes still reading
     # what they read (their values travel into the kernel). The folding may leave a node unread that onnxruntime
@@ -78,16 +79,17 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     # And an integer Div or Mod whose divisor may be 0 fails on values that nothing may read (`computed_whole`;
     # fuzz case 3231: Mod(N, N) read through a Slice that is empty, known at plan time, failed at N = 0), so it
     # stays too, or the kernel that computes it.
+    # But not a node that onnxruntime's own folding removes from the original (`_removed_by_onnxruntime`).
     checked = {spec.name for spec in specs if spec.checks or any(o.name in whole for o in spec.outputs)}
     available = _Available(g)
 
     def must_still_run(n: gs.Node) -> bool:
         """Whether `n` stays though nothing may read it: a kernel with checks or a whole-computed output, or a node
         left to onnxruntime that can fail and that is not lowered, or is unread, or computes a whole-computed
-        output (above)."""
+        output, and that onnxruntime runs in the original (above)."""
         if n.name in checked:
             return True
-        if n.domain == DOMAIN or n.op in CANNOT_FAIL:
+        if n.domain == DOMAIN or n.op in CANNOT_FAIL or n.name in gone:
             return False
         return (n.name not in live or not isinstance(an.lowered.get(n.name), list)
                 or any(o.name in whole for o in n.outputs))
@@ -99,6 +101,33 @@ def rewrite(g: gs.Graph, specs: Sequence[KernelSpec], an: Analysis) -> gs.Graph:
     del g.outputs[len(g.outputs) - len(keep):]
     return g
 
+
+
+def _removed_by_onnxruntime(g: gs.Graph) -> set[str]:
+    """The nodes of `g` that onnxruntime removes before it runs anything: its constant folding turns a Shape whose
+    input has a static shape (whatever its start and end) into a constant, then drops every node whose results
+    only such Shapes, or nodes it dropped, read; not a Size, nor a Shape of a partly symbolic shape, and a node
+    that nothing reads in `g` itself it keeps and runs (measured on onnxruntime 1.31, every optimization level:
+    Neg -> Shape(start=-1) of [M] -> Shape and Neg -> ReduceMax -> Shape of [2, 3] run nothing, Neg -> Size or
+    Shape of [M, 3] run the Neg). Fuzz case 595 of seed 28000000: a float16 ScatterElements with a reduction,
+    which onnxruntime cannot run, read only through Shape(Shape(.)), was kept as a node that may fail, and the
+    optimized model failed where the original runs."""
+    readers: dict[str, list[str]] = {}
+    for n in g.nodes:
+        for name in node_reads(n):  # an If/Loop body's captures included: such a node is kept
+            readers.setdefault(name, []).append(n.name)
+    outputs = {t.name for t in g.outputs}
+    removed: set[str] = set()
+    for n in reversed(g.nodes):  # toposorted: every reader before the node it reads
+        shape = n.inputs[0].shape if n.op == "Shape" and n.domain in (None, "", "ai.onnx") and n.inputs else None
+        if shape is not None and all(isinstance(d, int) and d >= 0 for d in shape):
+            removed.add(n.name)
+            continue
+        names = [t.name for t in n.outputs if t.name]
+        read = [r for name in names for r in readers.get(name, [])]
+        if read and not any(name in outputs for name in names) and all(r in removed for r in read):
+            removed.add(n.name)
+    return removed
 
 
 def _live_nodes(g: gs.Graph) -> set[str]:
