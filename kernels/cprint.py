@@ -49,9 +49,8 @@ class Names:
         self.pre: list[str] | None = None
         # reductions already computed for a block of lanes (`lane_reduce`): their per-lane result expressions
         self.lane_results: dict[Expr, str] = {}
-        # extremes whose first index is searched for (share.argmax_from_max); searches their pass computed
-        self.searches: dict[Expr, Expr] = {}
-        self.found: dict[Expr, str] = {}  # taken by the search's next print (share.extreme_and_first)
+        self.searches: dict[Expr, Expr] = {}  # extreme -> its first index's search (share.argmax_from_max)
+        self.found: dict[Expr, str] = {}  # searches their extreme's pass computed (share.extreme_and_first)
         # how many guarded Where branches enclose the expression being printed (print_expr)
         self.guarded = 0
         # divisions kept as running values by a task's inner loop (carry.py): their C names
@@ -179,14 +178,11 @@ def _extreme(dtype: str, low: bool) -> str:
 def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     """A reduction with its own loop variable: its statements go to `names.pre` (before the statement being
     printed) and the result is a variable; with no statement context (`names.pre` None: the CUDA printer, a guarded
-    select branch, whose reads must not run unless taken) they form a GNU statement expression in C and a lambda
-    called in place in CUDA's C++ (standard, so NVRTC compiles it).
-
-    In C (not CUDA) the loop carries `omp simd reduction(...)` (honoured through -fopenmp-simd, no OpenMP runtime):
-    it lets gcc reassociate this one loop and vectorise it. max/min give the same value in any order; sums and
-    products round differently from one sequential chain, as onnxruntime's own vectorised ones do, and are
-    checked with a tolerance. ArgMax/ArgMin take the vectorised extreme, then the first (or, with
-    select_last_index, the last) index holding it."""
+    select branch, whose reads must not run unless taken) a GNU statement expression in C, a lambda called in place
+    in CUDA's C++. In C the loop carries `omp simd reduction(...)` (-fopenmp-simd): gcc reassociates and vectorises
+    it. max/min give the same value in any order; sums and products round differently from one chain, as
+    onnxruntime's vectorised ones do (checked with a tolerance). An extreme whose first index is searched for
+    computes both in one pass (share.extreme_and_first)."""
     if e in names.lane_results:
         return names.lane_results[e]
     if (found := names.found.pop(e, None)) is not None:
@@ -201,8 +197,7 @@ def _print_reduce(e: Reduce, names: Names, sub: Callable[[Expr], str]) -> str:
     names.pre = inner  # what the body's own reductions compute goes inside this loop
     body = _dot_factors(e, sub) if e.op == "dot" else sub(e.body)
     names.pre = outer
-    if (search := names.searches.get(e)) and outer is not None and names.index_type is None and not inner and (
-            e.body.dtype in ("float32", "float64", *INTS)):
+    if (search := names.searches.get(e)) and outer is not None and names.index_type is None and not inner:
         lines, result, names.found[search] = extreme_and_first(e.op, r, ext, body, CTYPE[e.body.dtype], _extreme(
             e.body.dtype, e.op == "max"), e.body.dtype in FLOATS, v.extent.const)
     else:
@@ -477,6 +472,11 @@ def _call_argument(text: str, fn: str) -> str | None:
     return text[len(fn) + 1:-1]
 
 
+def _at_most_88(x: Expr) -> bool:
+    """Whether float `x` is at most 88 or NaN (its exp cannot overflow): a Min by such a constant (a Clip)."""
+    return isinstance(x, Op) and x.op in ("min", "nmin") and any(isinstance(c, Const) and c.value <= 88 for c in x.args)
+
+
 def _half_cast(e: Op, src: str, a: str) -> str:
     """A conversion to or from float16, the only operation on it besides a select (expr.HALF): from float16 to
     float32, or to float16 from float32, an integer or a bool (exact in float32 wherever the result is finite). A
@@ -590,7 +590,7 @@ def print_expr(e: Expr, names: Names, sub: Callable[[Expr], str]) -> str:
     if op == "isnan":
         return f"(isnan({a[0]}) != 0)"
     if op in ("exp", "exp_nonpos") and src == "float32":
-        return f"evo_expf{'' if op == 'exp' else '_nonpos'}({a[0]})"
+        return f"evo_expf{'_bounded' if op == 'exp_nonpos' or _at_most_88(e.args[0]) else ''}({a[0]})"
     if op == "log" and src == "float32":
         return f"evo_logf({a[0]})"
     if op in ("erf", "tanh") and src == "float32":

@@ -97,7 +97,7 @@ def argmax_from_max(roots: Sequence[Expr], canon: Canon, searches: dict[Expr, Ex
         if isinstance(x, Reduce) and x.op in ("argmax", "argmin"):
             found = binary("eq", x.body, extreme := canon.extreme(x))
             swap[x] = Reduce("last" if x.attr else "first", x.var, found, x.dtype)
-            if searches is not None and not x.attr:
+            if searches is not None and not x.attr and x.body.dtype not in ("float16", "bfloat16", "bool"):
                 searches[extreme] = swap[x]
     if not swap:
         return list(roots)

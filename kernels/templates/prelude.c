@@ -363,11 +363,12 @@ EVO_INLINE float evo_expf(float x) {
     s2.i = (n2 + 127) << 23;
     return y * s1.f * s2.f;
 }
-/* evo_expf of an argument at most 0, or NaN (Softmax's x - max(x), passes/lower_reduce.py): no overflow clamp, and
- * 2^n applied in one step, about half evo_expf's instructions in a vectorised loop (a DFL head's exps). The bits of
- * evo_expf down to -87.34, where exp reaches the subnormals, and a little below (the product rounds once); from -88
- * on, -inf too, the clamp gives n = -127 and 2^n = +0, so 0 where exp is below 8.6e-39. NaN propagates. */
-EVO_INLINE float evo_expf_nonpos(float x) {
+/* evo_expf of an argument at most 88, or NaN (Softmax's x - max(x), at most 0, passes/lower_reduce.py; an exp of a
+ * Clip's or Min's result under a constant at most 88, cprint): no overflow clamp, and 2^n applied in one step,
+ * about half evo_expf's instructions in a vectorised loop (a DFL head's exps, a box decoder's clamped ones). The
+ * bits of evo_expf from 88 down to -87.34, where exp reaches the subnormals, and a little below (the product rounds
+ * once); from -88 on, -inf too, the clamp gives n = -127 and 2^n = +0, so 0 where exp is below 8.6e-39. */
+EVO_INLINE float evo_expf_bounded(float x) {
     int32_t ni;
     const float y = evo_expf_poly(x < -88.0f ? -88.0f : x, &ni);
     union { float f; int32_t i; } s;

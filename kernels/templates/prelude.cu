@@ -83,7 +83,7 @@ EVO_INDEX_HELPERS(int64_t)
 /* The CPU kernels' evo_expf is a polynomial that lets gcc vectorise loops; on the GPU, CUDA's own expf (within
  * 2 ulp, on the SFU) is fast already and is what onnxruntime's CUDA Exp uses. */
 __device__ __forceinline__ float evo_expf(float x) { return expf(x); }
-__device__ __forceinline__ float evo_expf_nonpos(float x) { return expf(x); }
+__device__ __forceinline__ float evo_expf_bounded(float x) { return expf(x); }
 __device__ __forceinline__ float evo_logf(float x) { return logf(x); } /* likewise for the CPU's evo_logf */
 
 #define EVO_FN __device__ __forceinline__

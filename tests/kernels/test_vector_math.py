@@ -8,9 +8,10 @@ against float64 numpy, and its special values against onnxruntime's CPU kernel.
 - evo_softplus_f32 (helpers.h): log1p(exp(-|x|)) through evo_expf and evo_logf (Goldberg's log1p), plus max(x, 0).
   At most 2 ulp from float64 over every 509th float with |x| < 200 (93.5% exact); onnxruntime's Softplus is at
   most 4.
-- evo_expf_nonpos (prelude.c): evo_expf for Softmax's x - max(x), at most 0 or NaN, without the overflow clamp and
-  with 2^n in one step. The same bits as evo_expf from 0 down to -87.34 (where exp reaches the subnormals), all
-  within 1 ulp of the correctly rounded exp (every nonpositive float32, a C loop); below, at most 8.6e-39 off.
+- evo_expf_bounded (prelude.c): evo_expf of an argument at most 88 or NaN (a Softmax's x - max(x), a Clip's result),
+  without the overflow clamp and with 2^n in one step. The same bits as evo_expf from 88 down to -87.34 (where exp
+  reaches the subnormals), all within 1 ulp of the correctly rounded exp (every float32 in that range, a C loop);
+  below, at most 8.6e-39 off.
 """
 
 from __future__ import annotations
@@ -175,17 +176,18 @@ int main(void) {
     static float in[EVO_N], a[EVO_N], b[EVO_N];
     unsigned long long differ = 0, worst = 0, tail = 0, nan = 0;
     uint32_t first = 0;
-    /* every STRIDE-th pattern from -0 (0x80000000) to -inf (0xff800000) and the NaNs past it, ending at -inf */
-    for (uint64_t base = 0x80000000u; base < 0x100000000u; base += (uint64_t)EVO_N * STRIDE) {
+    /* every STRIDE-th pattern up to 88 and from -0 (0x80000000) to -inf (0xff800000), NaNs included, then -inf */
+    for (uint64_t base = 0; base < 0x100000000u; base += (uint64_t)EVO_N * STRIDE) {
         for (int i = 0; i < EVO_N; ++i) {
             uint64_t u = base + (uint64_t)i * STRIDE;
             in[i] = from_bits(u < 0x100000000u ? (uint32_t)u : 0xff800000u);
         }
-        for (int i = 0; i < EVO_N; ++i) a[i] = evo_expf_nonpos(in[i]);
+        for (int i = 0; i < EVO_N; ++i) a[i] = evo_expf_bounded(in[i]);
         for (int i = 0; i < EVO_N; ++i) b[i] = evo_expf(in[i]);
         for (int i = 0; i < EVO_N; ++i) {
             const float x = in[i];
             if (x != x) { nan += a[i] == a[i]; continue; }
+            if (x > 88.0f) continue;
             if (x >= -87.33654f) {
                 if (to_bits(a[i]) != to_bits(b[i])) { if (!differ) first = to_bits(x); ++differ; }
                 const long long d = (long long)to_bits(a[i]) - (long long)to_bits((float)exp((double)x));
@@ -203,16 +205,16 @@ int main(void) {
 
 
 @pytest.mark.parametrize("arch", ["x86-64", "x86-64-v3"])
-def test_exp_of_a_nonpositive_argument_is_evo_expf_down_to_the_subnormals(tmp_path: Path, arch: str) -> None:
-    """evo_expf_nonpos, a Softmax's exp (x - max(x) is at most 0 or NaN), on every 61st nonpositive float32 and
-    -inf, compiled as the kernels are (both variants' instruction sets): the bits of evo_expf where exp is normal
-    (2^n applied in one step is exact there), within 1 ulp of the correctly rounded exp, 0 to 8.6e-39 below, and
-    NaN for NaN."""
+def test_exp_of_a_bounded_argument_is_evo_expf_down_to_the_subnormals(tmp_path: Path, arch: str) -> None:
+    """evo_expf_bounded, the exp of an argument at most 88 (a Softmax's x - max(x), a Clip's result), on every
+    97th float32 up to 88 and -inf, compiled as the kernels are (both variants' instruction sets): the bits of
+    evo_expf where exp is normal (2^n applied in one step is exact there), within 1 ulp of the correctly rounded
+    exp, 0 to 8.6e-39 below, and NaN for NaN."""
     import subprocess
 
     src = tmp_path / "exp_nonpos.c"
     src.write_text(template("prelude.c").substitute(model="exp_nonpos", helpers=helpers(), half="")
-                   + "#define STRIDE 61\n" + _EXP_NONPOS)
+                   + "#define STRIDE 97\n" + _EXP_NONPOS)
     exe = tmp_path / "exp_nonpos"
     flags = ["-std=gnu11", "-O3", f"-march={arch}", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
              "-fopenmp-simd", "-Wno-unused-function"]
@@ -229,7 +231,7 @@ def test_exp_of_a_nonpositive_argument_is_evo_expf_down_to_the_subnormals(tmp_pa
 
 
 def test_softmax_exps_are_of_nonpositive_arguments(tmp_path: Path) -> None:
-    """A Softmax's and LogSoftmax's exps (lower_reduce._softmax) call evo_expf_nonpos; special values in a row
+    """A Softmax's and LogSoftmax's exps (lower_reduce._softmax) call evo_expf_bounded; special values in a row
     (+-inf, NaN, a spread past exp's range) match onnxruntime."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])
@@ -244,7 +246,7 @@ def test_softmax_exps_are_of_nonpositive_arguments(tmp_path: Path) -> None:
     evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False)
     code = (dump / "kernels.c").read_text()
     tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
-    assert "evo_expf_nonpos(" in tasks and "evo_expf(" not in tasks
+    assert "evo_expf_bounded(" in tasks and "evo_expf(" not in tasks
     rng = np.random.default_rng(3)
     rows = [rng.standard_normal(8) * 30, np.linspace(-200, 0, 8), [np.inf, 0, 1, 2, 3, 4, 5, 6],
             [-np.inf, 0, 1, 2, 3, 4, 5, 6], [np.nan, 0, 1, 2, 3, 4, 5, 6], [0, 1, np.nan, 3, 4, 5, 6, 7],
@@ -255,3 +257,18 @@ def test_softmax_exps_are_of_nonpositive_arguments(tmp_path: Path) -> None:
     for want, have in zip(ref, got):
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
         assert np.array_equal(have == 0, want == 0)  # -inf logits give 0, and nothing else does
+
+
+@pytest.mark.parametrize(("high", "bounded"), [(4.135166556742356, True), (88.0, True), (100.0, False)])
+def test_an_exp_under_a_clip_to_at_most_88_takes_the_bounded_exp(tmp_path: Path, high: float, bounded: bool) -> None:
+    """exp(Clip(x, lo, high)), a box decoder's clamped width (mmdet's delta2bbox: max_ratio), calls
+    evo_expf_bounded where `high` is at most 88, so that it cannot overflow, and evo_expf otherwise; both match
+    onnxruntime over special values and past exp's range."""
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["c"]), helper.make_node("Exp", ["c"], ["y"])]
+    ref, opt, tasks = _optimized(tmp_path, nodes, {"lo": np.array(-200, np.float32), "hi": np.array(high, np.float32)})
+    assert ("evo_expf_bounded(" in tasks) == bounded and ("evo_expf(" in tasks) != bounded
+    x = np.concatenate([np.linspace(-120, 120, 4001), [np.inf, -np.inf, np.nan, 0.0, -0.0, 88.5, 89.0, -87.5, -88.5,
+                                                      -103.0, -104.5]]).astype(np.float32)
+    (want,) = ref.run(None, {"x": x})
+    (got,) = opt.run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=1e-37)
