@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evonnx.expr import Expr, Op, Reduce, binary, children, substitute, walk
+from evonnx.expr import Const, Expr, Op, Reduce, binary, children, substitute, walk
 from evonnx.index import Poly, Var
 
 
@@ -41,6 +41,9 @@ class Canon:
             if isinstance(x, Op):
                 memo[x] = _rebuilt(x, memo)
                 height[x] = max((height[a] for a in x.args), default=0)
+            elif isinstance(x, Reduce) and (chain := _unrolled(x, memo[x.body])) is not None:
+                memo[x] = chain
+                height[x] = 0
             elif isinstance(x, Reduce):
                 memo[x] = self._reduce(x.op, x.bound(), memo[x.body], x.dtype, x.attr, height[x.body])
                 height[x] = height[x.body] + 1
@@ -64,6 +67,28 @@ class Canon:
         self._memo.setdefault(red, red)
         self._height.setdefault(red, inner + 1)
         return red
+
+
+SMALL_REDUCTION = 4
+
+
+def _unrolled(x: Reduce, body: Expr) -> Expr | None:
+    """A float sum or product of at most SMALL_REDUCTION elements, with no reduction in its body, as the chain
+    the loop computes, from the identity in order (((0 + b(0)) + b(1)) + ...: a -0 term still gives +0), with
+    the loop variable a constant in each term, so that what the body selects by it folds (Expr.substitute). A
+    stack reduced at once (effdet's BiFPN: Unsqueeze, Concat on a new last axis, ReduceSum over its 2 or 3
+    inputs) read each input under a select by the loop variable, whose guarded reads kept gcc from vectorising
+    the element loop: 2.2 ms against onnxruntime's 0.8 for [1, 64, 64, 64] x 2; unrolled, each term reads one
+    input at its own position."""
+    v = x.bound()
+    n = v.extent.const if isinstance(v, Var) else None
+    if (x.op not in ("sum", "prod") or x.dtype not in ("float32", "float64") or n is None
+            or not 1 <= n <= SMALL_REDUCTION or any(isinstance(y, Reduce) for y in walk(body))):
+        return None
+    acc: Expr = Const(0.0 if x.op == "sum" else 1.0, x.dtype)
+    for k in range(n):
+        acc = binary("add" if x.op == "sum" else "mul", acc, substitute(body, {v: Poly.of(k)}))
+    return acc
 
 
 def _top_level(roots: Sequence[Expr]) -> set[Expr]:

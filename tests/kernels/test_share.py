@@ -150,3 +150,39 @@ def test_max_and_first_index_in_one_pass_over_any_row_length(tmp_path: Path, dty
         np.testing.assert_array_equal(got[:, 1], want[:, 1], err_msg=f"ArgMax, N={n}")
         steady = np.arange(n) % 7 != 2 if dtype == TensorProto.FLOAT else np.ones(n, bool)
         np.testing.assert_array_equal(got[steady], want[steady], err_msg=f"N={n}")
+
+
+@pytest.mark.compiler
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_a_small_stack_reduced_at_once_is_unrolled(tmp_path: Path, k: int) -> None:
+    """Unsqueeze, Concat on a new last axis, ReduceSum over it (effdet's BiFPN combining 2 or 3 weighted inputs):
+    a sum of at most SMALL_REDUCTION terms is its chain from 0 (share._unrolled), each term reading one input at
+    its own position, with no loop and no select; 5 terms keep the loop. Against onnxruntime, special values
+    included."""
+    from evonnx.kernels.share import SMALL_REDUCTION
+
+    names = [f"x{i}" for i in range(k)]
+    nodes = [helper.make_node("Unsqueeze", [n, "ax"], [f"u{i}"]) for i, n in enumerate(names)]
+    nodes += [helper.make_node("Concat", [f"u{i}" for i in range(k)], ["c"], axis=-1),
+              helper.make_node("ReduceSum", ["c", "ax"], ["s"], keepdims=0),
+              helper.make_node("Sigmoid", ["s"], ["g"]), helper.make_node("Mul", ["s", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 64])
+                                           for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
+                              [onnx.numpy_helper.from_array(np.array([-1], np.int64), "ax")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), str(src))
+    dump = tmp_path / "dump"
+    res = evonnx.optimize(src, tmp_path / "m.opt.onnx", dump_dir=dump, guard=False, planner="greedy")
+    assert len(res.kernels) == 1
+    code = (dump / "kernels.c").read_text()
+    tasks = code[code.index("EVO_TASK(", code.index("kernel evo")):]
+    assert ("reduction(+:" in tasks) == (k > SMALL_REDUCTION) and ("volatile" in tasks) == (k > SMALL_REDUCTION)
+    rng = np.random.default_rng(k)
+    feeds = {n: (rng.standard_normal((9, 64)) * 50).astype(np.float32) for n in names}
+    feeds["x0"][0, :4] = [np.inf, -np.inf, np.nan, -0.0]
+    feeds[names[-1]][1, :3] = [-np.inf, np.inf, 0.0]
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = evonnx.load_session(tmp_path / "m.opt.onnx").run(None, feeds)
+    # the chain adds in onnxruntime's order; the loop of 5 is vectorised in another (a sum, checked with a tolerance)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0 if k <= SMALL_REDUCTION else 1e-4)
