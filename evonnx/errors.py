@@ -57,7 +57,10 @@ class OutputMismatch(VerificationError):
 
 
 class UnloadableModel(VerificationError):
-    """onnxruntime cannot load the optimized model (while it loads the original)."""
+    """onnxruntime cannot load the optimized model (while it loads the original). `nodes`: the source nodes of the
+    kernel its message names, if it names one (`optimize` leaves them to onnxruntime)."""
+
+    nodes: tuple[str, ...] = ()
 
 
 class KernelFailure(VerificationError):
