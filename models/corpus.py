@@ -8,12 +8,14 @@ Usage (with the corpus venv described in models/README.md, "Whole-model corpus")
     python models/corpus.py --codebase yolox --codebase detr   # only the entries of those code bases
     python models/corpus.py --codebase transformers --out /tmp/hfcorp   # the Hugging Face transformers models
     python models/corpus.py --codebase yolov4 --out /tmp/v4corp   # YOLOv4 as Tianxiaomo/pytorch-YOLOv4 exports it
+    python models/corpus.py --codebase ultralytics/yolov5 --sources /tmp/src   # a repository at its pinned commit
 
 Every model is built with random weights (ultralytics from its YAML configs, torchvision with ``weights=None,
-weights_backbone=None``, transformers from config objects in code, YOLOv4 from corpus_yolov4's modules) after
-``torch.manual_seed(SEED)``, so nothing is downloaded, and a rerun gives the same bytes (the script restarts itself
-with ``PYTHONHASHSEED=0``; see the end). Each entry is exported into ``<out>/<name>.onnx`` (one file, no external
-data), checked with ``onnx.checker``, run once in onnxruntime (CPU) on its input recipe, and recorded in
+weights_backbone=None``, transformers from config objects in code, YOLOv4 from corpus_yolov4's modules,
+corpus_repos' repositories from their own configs at pinned commits, each in a child process) after
+``torch.manual_seed(SEED)``, so nothing is downloaded, and a rerun gives the same bytes (the script restarts
+itself with ``PYTHONHASHSEED=0``; see the end). Each entry is exported into ``<out>/<name>.onnx`` (one file, no
+external data), checked with ``onnx.checker``, run once in onnxruntime (CPU) on its input recipe, and recorded in
 ``<out>/corpus.json``. An entry whose file still has the recorded hash, or whose export failed under the same
 package versions, is skipped unless ``--force``. An exporter failure is an entry with ``"status": "export_failed"``
 and a one-line reason, never a silent gap.
@@ -29,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +51,7 @@ TS_OPSET = 17  # TorchScript exporter, as torchvision's own ONNX tests and most 
 DYNAMO_OPSET = 18  # the dynamo exporter's own default
 HOT_BIAS = 4.0
 VERSIONED = ("torch", "torchvision", "ultralytics", "transformers", "onnx", "onnxruntime", "onnxscript", "onnxslim",
-             "numpy")
+             "numpy", "effdet", "timm")
 
 # ultralytics reads these when it is imported: no DNS probe, no pip, settings outside the user's home
 os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -59,6 +62,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import corpus_convert  # noqa: E402
 import corpus_heads  # noqa: E402  (models/ is sys.path[0] when this file runs as a script)
+import corpus_repos  # noqa: E402
+import corpus_torchvision  # noqa: E402
 import corpus_transformers  # noqa: E402
 import corpus_yolov4  # noqa: E402
 import numpy as np  # noqa: E402
@@ -72,7 +77,8 @@ class Entry:
     """One corpus model: how to build and export it, and the input its recipe describes."""
 
     name: str
-    codebase: str  # "ultralytics" | "torchvision" | "transformers" | "yolov4" | a corpus_heads code base
+    codebase: str  # "ultralytics" | "torchvision" | "transformers" | "yolov4" | a corpus_heads code base |
+    #                a corpus_repos code base ("ultralytics/yolov5", "effdet", ...)
     arch: str  # ultralytics YAML, torchvision constructor, corpus_heads.HEADS, corpus_transformers.MODELS or
     #            corpus_yolov4.MODELS name
     exporter: str  # "ultralytics" | "torchscript" | "dynamo"
@@ -82,12 +88,14 @@ class Entry:
     dynamic: bool = False
     nms: bool = False
     hot: bool = False
-    kwargs: dict[str, Any] = field(default_factory=dict)  # extra ultralytics export() arguments
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra ultralytics export() arguments; torchvision:
+    #                                                        the builder's
     check_shapes: tuple[tuple[int, ...], ...] = ()  # more shapes for ort_check where dims are symbolic
     opset: int = 0  # heads, transformers, yolov4: the opset asked of the exporter (0: the exporter's default for
     #                 its kind)
     check_batches: tuple[int, ...] = ()  # heads, transformers with a symbolic batch: more batch sizes for ort_check
     convert: str = ""  # then "qdq" (onnxruntime's static quantizer) or "fp16" (onnxconverter-common): corpus_convert
+    scale: float = 1.0  # the image recipe's pixel range is [0, scale] (YOLOX takes 0-255)
 
     @property
     def is_head(self) -> bool:
@@ -100,6 +108,10 @@ class Entry:
     @property
     def is_yolov4(self) -> bool:
         return self.codebase == "yolov4"
+
+    @property
+    def is_repo(self) -> bool:
+        return self.codebase in corpus_repos.BUILDERS
 
 
 def _ultralytics_entries() -> list[Entry]:
@@ -171,6 +183,12 @@ def _torchvision_entries() -> list[Entry]:
             out.append(Entry(base + "_dynamic", "torchvision", arch, "torchscript", what + ", dynamic height/width",
                              shape, dynamic=True, hot=hot, check_shapes=more))
             out.append(Entry(base + "_dynamo", "torchvision", arch, "dynamo", what + ", static", shape, hot=hot))
+    for m in corpus_torchvision.MORE:
+        out.append(Entry(f"tv_{m.arch}", "torchvision", m.arch, "torchscript", m.what + ", static, score threshold 0",
+                         m.shape, kwargs=m.kwargs))
+        if m.dynamo:
+            out.append(Entry(f"tv_{m.arch}_dynamo", "torchvision", m.arch, "dynamo",
+                             m.what + ", static, score threshold 0", m.shape, kwargs=m.kwargs))
     return out
 
 
@@ -232,8 +250,16 @@ def _yolov4_entries() -> list[Entry]:
     return out
 
 
+def _repos_entries() -> list[Entry]:
+    shapes = {"batch": ", dynamic batch", "bhw": ", dynamic batch, height and width"}
+    return [Entry(v.name, v.codebase, v.arch, v.exporter, v.what + shapes.get(v.dynamic, ", static"),
+                  v.image, dynamic=bool(v.dynamic), nms=v.nms, check_shapes=v.check_shapes, opset=v.opset,
+                  scale=v.scale) for v in corpus_repos.VARIANTS]
+
+
 ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries() + _head_entries()
-                                   + _transformers_entries() + _yolov4_entries())
+                                   + _transformers_entries() + _yolov4_entries() + _repos_entries())
+SOURCES: list[Path] = []  # main's --sources: where corpus_repos' repositories are (or get cloned)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -251,7 +277,7 @@ def _exporter_call() -> Iterator[None]:
             warnings.simplefilter("ignore")  # TracerWarnings on every shape-to-Python conversion
             yield
     except Exception as exc:  # the exporter's own failure is the recorded result, not a crash of the run
-        raise ExportFailed(_one_line(exc)) from exc
+        raise ExportFailed(corpus_repos.one_line(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -347,26 +373,11 @@ def _hot_bias(model: Any, arch: str) -> tuple[str, str]:
     raise ValueError(f"no hot variant known for {arch}")
 
 
-def _one_line(exc: BaseException) -> str:
-    """The innermost cause's first line, plus the user frame torch.export names, as one short line."""
-    chain = [exc]
-    while chain[-1].__cause__ is not None and len(chain) < 8:
-        chain.append(chain[-1].__cause__)
-    root = chain[-1]
-    text = str(root).strip()
-    first = re.sub(r"\s+", " ", text.splitlines()[0] if text else "")
-    if len(first) > 240:
-        first = first[:237] + "..."
-    where = re.search(r"Caused by: \(([^)]*)\)", "\n".join(str(c) for c in chain))
-    return f"{type(root).__name__}: {first}" + (f" [at {where.group(1)}]" if where else "")
-
-
 def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     import torchvision
-    from torchvision.models import detection
 
     torch.manual_seed(SEED)
-    model = getattr(detection, e.arch)(weights=None, weights_backbone=None).eval()
+    model, ctor = corpus_torchvision.build(e.arch, e.kwargs)
     hot = _hot_bias(model, e.arch) if e.hot else None
     image = torch.rand(e.image_shape, generator=torch.Generator().manual_seed(SEED))
     image_code = f"image = torch.rand({tuple(e.image_shape)}, generator=torch.Generator().manual_seed({SEED}))"
@@ -392,7 +403,6 @@ def _export_torchvision(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     m.graph.doc_string = ""
     m.doc_string = ""
     onnx.save(m, str(dst))
-    ctor = f"torchvision.models.detection.{e.arch}(weights=None, weights_backbone=None).eval()"
     call = f"torch.manual_seed({SEED}); model = {ctor}; " + (f"{hot[0]}; " if hot else "")
     args = ", ".join(f"{k}={v!r}" for k, v in kw.items() if v is not None)
     call += f"{image_code}; torch.onnx.export(model, ([image],), f, {args})"
@@ -439,6 +449,20 @@ def _export_transformers(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
         # ("batch = 2"): the file has a static batch although a dynamic one was asked for. Kept and said.
         source["notes"] += (f"; dynamic batch asked, but inputs {static} have a static batch in the graph (the "
                             "exporter specialized it without an error)")
+    return source
+
+
+def _export_repo(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
+    """A corpus_repos variant: built and exported in a child process from its repository at the pinned commit."""
+    tmp = stage / "model.onnx"
+    variant = next(v for v in corpus_repos.VARIANTS if v.name == e.name)
+    try:
+        source = corpus_repos.export_in_child(variant, SOURCES[0] if SOURCES else DEFAULT_OUT / "src", tmp)
+    except RuntimeError as exc:  # the child's own one-line reason, or a refused source tree
+        raise ExportFailed(str(exc)) from exc
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ExportFailed(corpus_repos.one_line(exc)) from exc
+    _strip_and_save(tmp, dst)
     return source
 
 
@@ -489,9 +513,10 @@ def _recipe(e: Entry) -> dict[str, Any]:
         if e.check_batches:
             t["also_checked_batches"] = list(e.check_batches)
         return t
-    r: dict[str, Any] = {"kind": "image", "range": [0, 1], "dtype": "float16" if e.convert == "fp16" else "float32",
-                         "shape": list(e.image_shape),
-                         "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"}
+    r: dict[str, Any] = {"kind": "image", "range": [0, e.scale],
+                         "dtype": "float16" if e.convert == "fp16" else "float32", "shape": list(e.image_shape),
+                         "distribution": f"numpy.random.default_rng({SEED}).random(shape, dtype=numpy.float32)"
+                                         + (f" * {e.scale:g}" if e.scale != 1 else "")}
     if e.check_shapes:
         r["also_checked"] = [list(s) for s in e.check_shapes]
     if e.is_yolov4:
@@ -518,7 +543,7 @@ def _check_feeds(e: Entry, first_input: str) -> Iterator[tuple[list[int], dict[s
             yield list(image.shape), {"pixel_values": image, "target_sizes": sizes}
         return
     for shape in (e.image_shape, *e.check_shapes):
-        image = np.random.default_rng(SEED).random(shape, dtype=np.float32)
+        image = np.random.default_rng(SEED).random(shape, dtype=np.float32) * np.float32(e.scale)
         yield list(shape), {first_input: image.astype(np.float16) if e.convert == "fp16" else image}
 
 
@@ -540,7 +565,7 @@ def _ort_check(path: Path, e: Entry) -> dict[str, Any]:
             runs.append({"input_shape": shape, "seconds": round(time.perf_counter() - t0, 3),
                          "outputs": outputs})
     except Exception as exc:  # an onnxruntime failure is the recorded result of the check
-        return {"status": "error", "error": _one_line(exc), "runs": runs}
+        return {"status": "error", "error": corpus_repos.one_line(exc), "runs": runs}
     return {"status": "ok", "runs": runs}
 
 
@@ -550,7 +575,7 @@ def _record(e: Entry, path: Path, source: dict[str, Any], seconds: float) -> dic
         onnx.checker.check_model(str(path), full_check=True)
         checker = "ok"
     except Exception as exc:  # a checker complaint is recorded, the model is still what the exporter gave
-        checker = _one_line(exc)
+        checker = corpus_repos.one_line(exc)
     inits = {i.name for i in m.graph.initializer}
     opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
     hist = collections.Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
@@ -640,8 +665,8 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
         try:
             fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
                 _export_head if e.is_head else _export_transformers if e.is_transformers else
-                _export_yolov4 if e.is_yolov4 else _export_ultralytics if e.codebase == "ultralytics" else
-                _export_torchvision)
+                _export_yolov4 if e.is_yolov4 else _export_repo if e.is_repo else
+                _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
                 source = fn(e, staged, stage)
@@ -668,8 +693,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
     ap.add_argument("--force", action="store_true", help="re-export entries that are up to date")
     ap.add_argument("--table", action="store_true", help="print corpus.json as a Markdown table and exit")
+    ap.add_argument("--sources", type=Path, metavar="DIR",
+                    help="the corpus_repos repositories: DIR/<folder>, cloned at the pinned commit where missing "
+                         "(default <out>/src)")
     a = ap.parse_args(argv)
     out = a.out.expanduser().resolve()
+    SOURCES[:] = [(a.sources or out / "src").expanduser().resolve()]
     known = {e.name for e in ENTRIES}
     unknown = [n for n in a.only if n not in known]
     if unknown:
