@@ -180,15 +180,24 @@ def lower_groups(g: gs.Graph, plan: FusionPlan, an: Analysis) -> tuple[list[Kern
     dims alone (`_bind_symbols`) keeps that tensor's producer running, and with it what the producer reads: a
     ScatterND left to onnxruntime whose output only a Shape reads, its data computed inside the kernel (fuzz seed
     250029). Those tensors join `needed` and the groups are lowered again, until none is new; a kernel that then
-    reads dims computed from its own outputs is on a cycle (`kernels_on_cycle`)."""
+    reads dims computed from its own outputs is on a cycle (`kernels_on_cycle`).
+    A group that lowers to no kernel (all its values constant, or none needed) leaves its nodes to onnxruntime,
+    which runs what it cannot fold (a constant that holds only under a size check) and reads what they read: the
+    fixpoint counts them as nodes left, not as a group (fuzz case 6891 of seed 31000000: a ConstantOfShape chain of
+    a Shape, known only under a check, read a Slice that a kernel computed inside and did not export)."""
     extra: set[str] = set()
+    left: set[str] = set()  # groups lowered to no kernel
     while True:
-        needed = needed_tensors(g, plan, an, extra)
-        specs = [s for grp in plan.groups if (s := lower_group(g, grp, an, needed)) is not None]
+        kept = replace(plan, groups=tuple(grp for grp in plan.groups if grp.name not in left))
+        needed = needed_tensors(g, kept, an, extra)
+        lowered = [(grp.name, lower_group(g, grp, an, needed)) for grp in kept.groups]
+        specs = [s for _, s in lowered if s is not None]
         shape_reads = {i.name for s in specs for i in s.inputs} - needed
-        if not shape_reads:
+        nothing = {name for name, s in lowered if s is None}
+        if not shape_reads and not nothing:
             return specs, needed
         extra |= shape_reads
+        left |= nothing
 
 
 def kernels_on_cycle(g: gs.Graph, specs: Sequence[KernelSpec]) -> list[str]:
