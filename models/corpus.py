@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -259,7 +260,6 @@ def _repos_entries() -> list[Entry]:
 
 ENTRIES: tuple[Entry, ...] = tuple(_ultralytics_entries() + _torchvision_entries() + _head_entries()
                                    + _transformers_entries() + _yolov4_entries() + _repos_entries())
-SOURCES: list[Path] = []  # main's --sources: where corpus_repos' repositories are (or get cloned)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -452,12 +452,13 @@ def _export_transformers(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
     return source
 
 
-def _export_repo(e: Entry, dst: Path, stage: Path) -> dict[str, Any]:
-    """A corpus_repos variant: built and exported in a child process from its repository at the pinned commit."""
+def _export_repo(e: Entry, dst: Path, stage: Path, sources: Path) -> dict[str, Any]:
+    """A corpus_repos variant: built and exported in a child process from its repository (under `sources`) at the
+    pinned commit."""
     tmp = stage / "model.onnx"
     variant = next(v for v in corpus_repos.VARIANTS if v.name == e.name)
     try:
-        source = corpus_repos.export_in_child(variant, SOURCES[0] if SOURCES else DEFAULT_OUT / "src", tmp)
+        source = corpus_repos.export_in_child(variant, sources, tmp)
     except RuntimeError as exc:  # the child's own one-line reason, or a refused source tree
         raise ExportFailed(str(exc)) from exc
     except (OSError, subprocess.SubprocessError) as exc:
@@ -655,8 +656,9 @@ def markdown_table(models: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def export_entry(e: Entry, out: Path) -> dict[str, Any]:
-    """Export one entry into ``out/<name>.onnx`` through a staging folder; return its manifest record."""
+def export_entry(e: Entry, out: Path, sources: Path | None = None) -> dict[str, Any]:
+    """Export one entry into ``out/<name>.onnx`` through a staging folder; return its manifest record. ``sources``:
+    corpus_repos' repositories (default ``out/src``)."""
     stage = Path(tempfile.mkdtemp(prefix=f".stage-{e.name}-", dir=out))
     dst = out / f"{e.name}.onnx"
     t0 = time.perf_counter()
@@ -665,7 +667,8 @@ def export_entry(e: Entry, out: Path) -> dict[str, Any]:
         try:
             fn: Callable[[Entry, Path, Path], dict[str, Any]] = (
                 _export_head if e.is_head else _export_transformers if e.is_transformers else
-                _export_yolov4 if e.is_yolov4 else _export_repo if e.is_repo else
+                _export_yolov4 if e.is_yolov4 else functools.partial(_export_repo, sources=sources or out / "src")
+                if e.is_repo else
                 _export_ultralytics if e.codebase == "ultralytics" else _export_torchvision)
             (out / "logs").mkdir(exist_ok=True)
             with _output_to(out / "logs" / f"{e.name}.log"):
@@ -698,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(default <out>/src)")
     a = ap.parse_args(argv)
     out = a.out.expanduser().resolve()
-    SOURCES[:] = [(a.sources or out / "src").expanduser().resolve()]
+    sources = (a.sources or out / "src").expanduser().resolve()
     known = {e.name for e in ENTRIES}
     unknown = [n for n in a.only if n not in known]
     if unknown:
@@ -732,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"corpus: {e.name}: up to date, skipped", flush=True)
             continue
         print(f"corpus: {e.name}: exporting ({e.exporter}), log in {out / 'logs' / (e.name + '.log')}", flush=True)
-        rec = export_entry(e, out)
+        rec = export_entry(e, out, sources)
         records[e.name] = rec
         _write_manifest(out, versions, records)
         if rec["status"] == "ok":
