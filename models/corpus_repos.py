@@ -94,7 +94,7 @@ class Variant:
     @property
     def dynamic(self) -> str:
         """"" (static), "batch" or "bhw" (batch, height and width)."""
-        return {"dynbatch": "batch", "dynbhw": "bhw"}.get(self.tag, "batch" if self.tag == "dyndec" else "")
+        return {"dynbatch": "batch", "dyndec": "batch", "dynbhw": "bhw"}.get(self.tag, "")
 
     @property
     def check_shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -102,11 +102,10 @@ class Variant:
         return {"batch": ((2, c, h, w),), "bhw": ((2, c, 480, 640),)}.get(self.dynamic, ())
 
 
-def _v(name: str, codebase: str, arch: str, tag: str, opset: int, image: int | tuple[int, int], what: str,
-       **kw: Any) -> Variant:
-    h, w = (image, image) if isinstance(image, int) else image
-    return Variant(name, codebase, arch, tag, "dynamo" if opset >= 18 else "torchscript", opset, (1, 3, h, w), what,
-                   **kw)
+def _v(name: str, codebase: str, arch: str, tag: str, opset: int, side: int, what: str, **kw: Any) -> Variant:
+    """A square `side` x `side` export; opset 18 means the dynamo exporter (its lowest), below it TorchScript."""
+    return Variant(name, codebase, arch, tag, "dynamo" if opset >= 18 else "torchscript", opset, (1, 3, side, side),
+                   what, **kw)
 
 
 Y5, Y7, YX, Y6, ND = "ultralytics/yolov5", "WongKinYiu/yolov7", "Megvii-BaseDetection/YOLOX", "meituan/YOLOv6", \
