@@ -99,6 +99,7 @@ def first_differing_kernel(original: onnx.ModelProto, optimized: Path, library: 
     so.log_severity_level = 4
     so2 = ort.SessionOptions()
     so2.log_severity_level = 4
+    so.enable_cpu_mem_arena = so2.enable_cpu_mem_arena = False  # as the check's sessions (verify._check_models)
     try:
         doing("running the original model with the fused kernels' tensors as outputs")
         ref_sess = ort.InferenceSession(_with_outputs(original, names).SerializeToString(), so,

@@ -338,6 +338,9 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
 
     so = ort.SessionOptions()
     so.log_severity_level = 4  # failures become VerificationErrors; onnxruntime prints nothing
+    # three sessions live at once (original, optimized, its baseline variant): with onnxruntime's arena each would
+    # keep its largest run's memory, and the third could fail for want of what the first two hold (fuzz case 5880)
+    so.enable_cpu_mem_arena = False
     try:
         doing("loading the original model")
         ref_sess = ort.InferenceSession(original.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -346,6 +349,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                                 f"({_first_line(e)})") from e
     so2 = ort.SessionOptions()
     so2.log_severity_level = 4
+    so2.enable_cpu_mem_arena = False
     opt_sess = base_sess = None
     load_error: Exception | None = None
     try:

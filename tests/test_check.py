@@ -4,6 +4,9 @@ symbol, and a proof that it catches a kernel that mixes up two sizes."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -830,3 +833,37 @@ def test_outputs_after_onnxruntime_arithmetic_on_a_kernels_result_are_not_exact(
                           [helper.make_tensor_value_info(o, f32, None) for o in outs])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
     assert exact_outputs(model, {"evo1_inexact"}) == {"before", "k", "moved"}
+
+
+def test_the_checks_sessions_give_back_what_each_run_used(tmp_path: Path) -> None:
+    """The check holds three sessions at once (original, optimized, its baseline variant). With onnxruntime's
+    memory arena each kept its largest run's memory, so a model whose intermediate is large at the check's sizes
+    needed three times it, and under a memory limit the third session failed where the original ran: the check
+    refused a right model (fuzz case 5880: a Gather of [N, N, N, 8] read only by Size, 4.2 GB at N = 509, under
+    the fuzz's 6 GiB). Peak memory over the check now stays below twice the intermediate."""
+    n = 400  # the Gather's [n, n, n] float32 output is 256 MB
+    src = _save(tmp_path, [helper.make_node("Gather", ["x", "i"], ["g"], axis=-2),
+                           helper.make_node("Size", ["g"], ["s"]),
+                           helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                           helper.make_node("Sigmoid", ["t"], ["y"])],
+                [_vi("x", F, ["N", 4, 1]), _vi("i", I64, ["N", "N"])], [_vi("s", I64, []), _vi("y", F, ["N", 1, 4])])
+    evonnx.optimize(src, tmp_path / "m.opt.onnx", check=False, guard=False)
+    script = f"""
+import resource, onnx
+from pathlib import Path
+from evonnx.verify import check_models
+tmp = Path({str(tmp_path)!r})
+original = onnx.load(str(tmp / "m.onnx"))
+check_models(original, tmp / "m.opt.onnx", tmp / "m.opt.evonnx.so", set(), sizes={{"N": 2}}, cpu_variants=True)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = check_models(original, tmp / "m.opt.onnx", tmp / "m.opt.evonnx.so", set(), sizes={{"N": {n}}},
+                      cpu_variants=True)
+assert result.runs, result
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "EVONNX_ISOLATE": "0"}, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    grown = int(done.stdout.split()[-1])
+    intermediate = n ** 3 * 4
+    assert intermediate * 0.9 < grown < 2 * intermediate, (grown, intermediate)
