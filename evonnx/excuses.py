@@ -1,12 +1,15 @@
-"""Excuses of the check that run the original again: a TopK that orders near-equal values otherwise
-(`near_ties`), and outputs computed from a Concat that onnxruntime fills from memory it never wrote
-(`from_empty_concat`). Both take onnxruntime's runs as a function (`Runner`), so that the check owns them.
+"""Excuses of the check that run the original again: a TopK that orders near-equal values otherwise, or a
+comparison against a threshold that decides a near tie otherwise (`near_ties`), and outputs computed from a
+Concat that onnxruntime fills from memory it never wrote (`from_empty_concat`). Both take onnxruntime's runs as a
+function (`Runner`), so that the check owns them.
 
 A last-bit difference upstream of a TopK can reorder values a rounding error apart: in RT-DETR two sigmoid scores
 8 ulp apart swap rows among its 300 queries, and the boxes gathered by them swap too, which onnxruntime itself
-does with another thread count. No tolerance on the outputs covers that, so the check asks instead whether the
-outputs are the original's once every TopK takes the optimized model's choices, and whether those choices differ
-from onnxruntime's only between values within the float tolerance of each other.
+does with another thread count. A score a last bit apart from onnxruntime's, compared against a threshold, keeps
+or drops one candidate box (torchvision's FCOS and RetinaNet: NonZero(Greater(score, 0.05))). No tolerance on the
+outputs covers that, so the check asks instead whether the outputs are the original's once every TopK and every
+such comparison takes the optimized model's choices, and whether those choices differ from onnxruntime's only
+between values within the float tolerance of each other.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 import onnx
 
 from evonnx.model import infer_shapes
+from evonnx.passes.lower_groups import THRESHOLDS
 
 # onnxruntime's memory planner failing a run: a buffer planned for a tensor's inferred shape, re-used where an
 # empty-input quirk (ReduceMax(x[N], [-1]) is [0] at N = 0, inferred [1]) gives another shape
@@ -28,32 +32,52 @@ Runner = Callable[[onnx.ModelProto, Mapping[str, np.ndarray], str], "dict[str, n
 
 def near_ties(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], chosen: Mapping[str, np.ndarray],
               run: Runner, matches: Callable[[Mapping[str, np.ndarray]], bool], rtol: Mapping[str, float]) -> bool:
-    """Whether the optimized model's outputs are explained by its TopKs' near-tie choices: `chosen` maps each
-    TopK index output of the original, by name, to the indices the optimized model's TopK chose on `feeds`. Where
-    they differ from onnxruntime's, onnxruntime's own TopK input must rank the two elements within `rtol` (by the
-    input's dtype) of each other; then the original is run with those TopK outputs fed in (the values are
-    onnxruntime's input at the chosen indices), and `matches` judges its outputs against the optimized model's."""
-    tops = [n for n in original.graph.node if n.op_type == "TopK" and n.domain in ("", "ai.onnx")
-            and len(n.output) > 1 and n.output[1] in chosen]
-    if not tops:
+    """Whether the optimized model's outputs are explained by its near-tie choices: `chosen` maps, by name, each
+    TopK index output of the original and each output of a comparison against a threshold (`THRESHOLDS`) that the
+    optimized model computes, to its values in the optimized model on `feeds`. Where they differ from
+    onnxruntime's, onnxruntime's own operands must be within `rtol` (by their dtype) of each other: the two
+    elements a TopK ranked, or a comparison's two sides. Then the original is run with those outputs fed in (a
+    TopK's values are onnxruntime's input at the chosen indices), and `matches` judges its outputs against the
+    optimized model's."""
+    picks = [n for n in original.graph.node if n.domain in ("", "ai.onnx")
+             and ((n.op_type == "TopK" and len(n.output) > 1 and n.output[1] in chosen)
+                  or (n.op_type in THRESHOLDS and n.output[0] in chosen))]
+    if not picks:
         return False
     fed: dict[str, np.ndarray] = {}
-    for n in tops:  # in graph order: each TopK's input as it is once the TopKs before it took evonnx's choices
-        values = run(_fed(original, fed, [n.input[0], n.output[1]]), {**feeds, **fed}, "for the inputs of its TopK")
+    for n in picks:  # in graph order: each node's inputs as they are once the nodes before it took evonnx's choices
+        out = n.output[1] if n.op_type == "TopK" else n.output[0]
+        operands = list(n.input[:1] if n.op_type == "TopK" else n.input[:2])
+        values = run(_fed(original, fed, [*operands, out]), {**feeds, **fed}, f"for the inputs of its {n.op_type}")
         if values is None:
             return False
-        x, mine, theirs = values[n.input[0]], np.asarray(chosen[n.output[1]]), values[n.output[1]]
-        axis = _axis(n, x.ndim)
-        if (x.dtype.kind != "f" or mine.shape != theirs.shape or mine.dtype != theirs.dtype
-                or (mine < 0).any() or (mine >= x.shape[axis]).any()):
+        mine, theirs = np.asarray(chosen[out]), values[out]
+        if mine.shape != theirs.shape or mine.dtype != theirs.dtype:
             return False
-        a = np.take_along_axis(x, mine, axis).astype(np.float64)
-        b = np.take_along_axis(x, theirs, axis).astype(np.float64)
-        with np.errstate(all="ignore"):
-            if not (np.abs(a - b) <= rtol.get(str(x.dtype), 1e-3) * np.maximum(np.abs(b), 1e-30)).all():
+        if n.op_type == "TopK":
+            x = values[n.input[0]]
+            axis = _axis(n, x.ndim)
+            if x.dtype.kind != "f" or (mine < 0).any() or (mine >= x.shape[axis]).any():
                 return False
-        fed[n.output[0]], fed[n.output[1]] = np.take_along_axis(x, mine, axis), mine
-    redone = run(_fed(original, fed, []), {**feeds, **fed}, "with evonnx's TopK choices")
+            tol = rtol.get(str(x.dtype), 1e-3)
+            a = np.take_along_axis(x, mine, axis).astype(np.float64)
+            b = np.take_along_axis(x, theirs, axis).astype(np.float64)
+            fed[n.output[0]] = np.take_along_axis(x, mine, axis)
+        else:
+            x, y = (np.asarray(values[t]) for t in operands)
+            if x.dtype.kind != "f" or y.dtype != x.dtype:
+                return False
+            tol = rtol.get(str(x.dtype), 1e-3)
+            flipped = mine != theirs
+            try:
+                a, b = (np.broadcast_to(v, mine.shape)[flipped].astype(np.float64) for v in (x, y))
+            except ValueError:
+                return False
+        with np.errstate(all="ignore"):
+            if not (np.abs(a - b) <= tol * np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-30)).all():
+                return False
+        fed[out] = mine
+    redone = run(_fed(original, fed, []), {**feeds, **fed}, "with evonnx's near-tie choices")
     return redone is not None and matches(redone)
 
 

@@ -28,6 +28,7 @@ from evonnx.excuses import REUSE_ERROR, decided_as_in_float64, flipped_decisions
 from evonnx.inputs import REGIMES, AmbiguousInputs
 from evonnx.isolate import CrashError, doing, isolated, register_library
 from evonnx.model import ZERO_SIGN_UNDEFINED, half_precision_outputs, outputs_untouched_by
+from evonnx.passes.lower_groups import THRESHOLDS
 from evonnx.references import as_float64, first_nan_reference
 from evonnx.sizes import check_sizes, input_symbols, make_inputs, run_size_plans
 from evonnx.toolchain import cpu_runs_v3
@@ -59,7 +60,8 @@ class CheckResult:
     variants: tuple[str, ...] = ()
     # output elements computed from a Concat of empty inputs that onnxruntime fills from memory (_undefined_...)
     undefined: int = 0
-    # input sets whose outputs match once the TopKs take the optimized model's near-tie choices (_topk_near_ties)
+    # input sets whose outputs match once the TopKs and the comparisons against a threshold take the optimized
+    # model's near-tie choices (_topk_near_ties)
     topk_ties: int = 0
     # where the x86-64-v3 kernels differed and the baseline ones matched (errors.VariantError): what differed
     variant_bug: str = ""
@@ -72,8 +74,8 @@ class CheckResult:
                   f"result than evonnx's" if self.closer else "")
         flips += (f", {self.nan_lanes} outputs that match the original only once its max/min reductions treat NaN "
                   f"alike in every SIMD lane" if self.nan_lanes else "")
-        flips += (f", {self.topk_ties} input sets whose TopK orders near-equal values otherwise" if self.topk_ties
-                  else "")
+        flips += (f", {self.topk_ties} input sets whose TopK orders, or threshold decides, near ties otherwise"
+                  if self.topk_ties else "")
         flips += (f", {self.undefined} values onnxruntime reads from memory it never wrote (a Concat of empty "
                   f"inputs)" if self.undefined else "")
         skipped = f"; skipped {'; '.join(self.skipped)[:240]}" if self.skipped else ""
@@ -377,7 +379,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
             compare_each(feeds, refs, gots, into)
         except VerificationError as mismatch:
             named = {o.name: np.asarray(g) for o, g in zip(original.graph.output, gots)}
-            if not _topk_near_ties(original, feeds, optimized_topk(feeds, variant), named, exact_outputs, signed,
+            if not _topk_near_ties(original, feeds, optimized_choices(feeds, variant), named, exact_outputs, signed,
                                    into, half):
                 if isinstance(mismatch, OutputMismatch) and not mismatch.kernel:
                     mismatch.kernel = first_differing_kernel(original, optimized, library, feeds, RTOL,
@@ -411,10 +413,14 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
                         raise
                     into.closer += closer
 
-    def optimized_topk(feeds: Mapping[str, np.ndarray], variant: str) -> dict[str, np.ndarray]:
-        """The indices each TopK left in the optimized model chose on `feeds`, by output name ({} where none)."""
+    def optimized_choices(feeds: Mapping[str, np.ndarray], variant: str) -> dict[str, np.ndarray]:
+        """The indices each TopK left in the optimized model chose on `feeds`, and the values of the original's
+        comparisons against a threshold that the optimized model computes, by name ({} where none)."""
         model = onnx.load(str(optimized))
         names = [n.output[1] for n in model.graph.node if n.op_type == "TopK" and len(n.output) > 1 and n.output[1]]
+        made = {t for n in model.graph.node for t in n.output}
+        names += [n.output[0] for n in original.graph.node if n.op_type in THRESHOLDS and n.output[0] in made
+                  and n.output[0] not in names]
         if not names:
             return {}
         model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names)
@@ -422,7 +428,7 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
         so.log_severity_level = 4
         try:
             register_library(so, library)
-            doing("running the optimized model for its TopK choices")
+            doing("running the optimized model for its near-tie choices")
             with _cpu_isa(variant):
                 sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             return {k: np.asarray(v) for k, v in zip(names, sess.run(names, dict(feeds)))}

@@ -146,7 +146,8 @@ class _Kernel:
             return
         # an ArgMax is its ReduceMax's first index, both in one pass (lane tasks: cprint.lane_reduce does the same)
         names = Names(cvars, self.sym_names, self.tables.names, hoist=self.hoist)
-        roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon, names.searches)))
+        roots = list(zip([p for p, _ in roots], argmax_from_max([e for _, e in roots], self.canon, names.searches),
+                         strict=True))
         row_body, body = _body(roots, targets, names, jv := loop_var(inner) if inner is not None else None)
         boxes = box_block(roots, targets, jv, unrolled, names,
                           lambda outs, seeded: _body(roots, targets, names, jv, outs=outs, seeded=seeded)[1])

@@ -327,17 +327,19 @@ Origins = dict[str, frozenset[str]]
 _CLEAN_OUTPUTS = {"Shape": (0,), "Size": (0,), "TopK": (1,), "NonMaxSuppression": (0,)}
 
 
-def inexact_origins(g: gs.Graph, specs: Sequence[KernelSpec]) -> Origins:
+def inexact_origins(g: gs.Graph, an: Analysis, specs: Sequence[KernelSpec]) -> Origins:
     """For each tensor, the kernels whose own inexact arithmetic (an exp, a float sum, ...) its value depends on,
     through other kernels and onnxruntime's nodes alike: a kernel that reads another's output as a plain load
     computes exactly from a value that is not onnxruntime's (fuzz case 1220: a Mod in one kernel of an exp in
-    another). Graph inputs and constants have none."""
+    another). Graph inputs and constants have none, nor do the comparisons against a threshold whose near ties
+    the check replays (`near_tie_tensors`)."""
     fused = {n for s in specs for n in s.source_nodes}
-    made: dict[str, tuple[frozenset[str], list[str]]] = {}  # tensor -> (own origins, tensors it is computed from)
-    for s in specs:
+    ties = near_tie_tensors(g, an)
+    made: dict[str, tuple[frozenset[str], list[str]]] = {t: (frozenset(), []) for t in ties}
+    for s in specs:  # tensor -> (own origins, tensors it is computed from)
         for o in s.outputs:
-            made[o.name] = (frozenset() if is_exact(o.expr) else frozenset({s.name}),
-                            [s.inputs[k].name for k in sorted(_slots(o.expr))])
+            made.setdefault(o.name, (frozenset() if is_exact(o.expr) else frozenset({s.name}),
+                                     [s.inputs[k].name for k in sorted(_slots(o.expr))]))
     for n in g.nodes:
         if n.name in fused:
             continue
@@ -391,13 +393,23 @@ _POSITIONS = {**{op: k for op, k in VALUE_INPUTS.items() if op not in ("Shape", 
               "NonMaxSuppression": (2,), "RoiAlign": (2,), "Scatter": (1,)}
 
 
-def inexact_position_kernels(g: gs.Graph, specs: Sequence[KernelSpec], origins: Origins) -> list[str]:
+# comparisons whose result an operand's last bit flips only at a near tie of its two sides: the check replays a
+# kernel's flip of one in the original (excuses.near_ties), as it does a TopK's choice. Not Equal: a mask of
+# x == max(x) flips wherever the max is computed from values a last bit apart, near tie or not.
+THRESHOLDS = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+
+
+def inexact_position_kernels(g: gs.Graph, an: Analysis, specs: Sequence[KernelSpec], origins: Origins) -> list[str]:
     """The kernels to leave so that no integer or bool kernel output computed from an inexact value (a Cast of an
     Exp, here or in a kernel it reads) is read by a node left to onnxruntime as positions, a count or a shape:
     the output's last bit against onnxruntime's may flip at a rounding threshold, which the check excuses in the
     output itself, but not in the other elements that onnxruntime then picks (fuzz case 1261, seed 970000: a
-    GatherElements at such indices). An integer Mod of such a value is left by `ill_conditioned_kernels`."""
-    made = {o.name: (s, o) for s in specs for o in s.outputs if o.dtype in INTS or o.dtype == "bool"}
+    GatherElements at such indices). An integer Mod of such a value is left by `ill_conditioned_kernels`. The
+    output of a comparison of floats (`THRESHOLDS`) is kept: the check replays its near ties (torchvision's
+    NonZero(Greater(score, threshold)) picking the candidate boxes)."""
+    ties = near_tie_tensors(g, an)
+    made = {o.name: (s, o) for s in specs for o in s.outputs if (o.dtype in INTS or o.dtype == "bool")
+            and o.name not in ties}
     out: set[str] = set()
     for n in g.nodes:
         if n.domain not in (None, "", "ai.onnx"):
@@ -407,6 +419,17 @@ def inexact_position_kernels(g: gs.Graph, specs: Sequence[KernelSpec], origins: 
                 s, o = made[n.inputs[k].name]
                 out |= _inexact_in(s, o.expr, origins)
     return sorted(out)
+
+
+def near_tie_tensors(g: gs.Graph, an: Analysis) -> set[str]:
+    """The outputs of the comparisons of floats against a threshold (`THRESHOLDS`): where a kernel computes one as
+    an output, or onnxruntime computes one from a kernel's value, the check replays its flips at near ties in the
+    original (excuses.near_ties), so it carries no inexact origin on, as TopK's indices do not. One a kernel
+    computes inside an expression is that expression's own arithmetic (`_inexact_in`): the check cannot see it."""
+    floats = ("float16", "bfloat16", "float32", "float64")
+    return {n.outputs[0].name for n in g.nodes
+            if n.op in THRESHOLDS and n.domain in (None, "", "ai.onnx") and len(n.inputs) == 2 and n.outputs
+            and all(t.name in an.tensors and an.tensors[t.name].dtype in floats for t in n.inputs)}
 
 
 def without_groups(plan: FusionPlan, g: gs.Graph, names: Sequence[str], reason: str) -> FusionPlan:

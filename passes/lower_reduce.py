@@ -270,7 +270,7 @@ def _softmax(log: bool) -> Callable[..., list[Lazy]]:
                 return x.fn(idx[:axis] + (r,) + idx[axis + 1:])
 
             # each exp is of x - m, x one of the row's elements that m is the max of (the first, where NaN): at
-            # most 0, or NaN, so it needs no overflow or gradual underflow handling (exp_nonpos, prelude.c)
+            # most 0, or NaN, so it needs no overflow or gradual underflow handling (exp_nonpos: evo_expf_bounded)
             r1, r2 = L.fresh_var(x.shape[axis]), L.fresh_var(x.shape[axis])
             if r1.atom() is None:  # an axis of one element (fuzz case 36, seed 990000): no reduction loop
                 m = at(r1)

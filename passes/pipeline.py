@@ -130,11 +130,11 @@ def _run(model: onnx.ModelProto, planner: str, sizes: Mapping[str, int] | None, 
         elif over := overflowing_kernels(specs):
             plan = without_groups(plan, g, over, "its index arithmetic could overflow int64 at sizes up to 2^40 "
                                   "(a step or bound near 2^63 over a symbolic size)")
-        elif ill := ill_conditioned_kernels(specs, origins := inexact_origins(g, specs)):
+        elif ill := ill_conditioned_kernels(specs, origins := inexact_origins(g, an, specs)):
             plan = without_groups(plan, g, ill, "a Mod or a run-time position takes a value it computes inexactly "
                                   "(here or read by another kernel), whose last bit against onnxruntime's can move "
                                   "the remainder by up to the divisor, or pick another element")
-        elif picks := inexact_position_kernels(g, specs, origins):
+        elif picks := inexact_position_kernels(g, an, specs, origins):
             plan = without_groups(plan, g, picks, "an integer computed from a value it computes inexactly (here or "
                                   "read by another kernel) picks positions in onnxruntime, where its last bit against "
                                   "onnxruntime's picks other elements")
