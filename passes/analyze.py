@@ -203,6 +203,26 @@ def subgraph_reads(node: gs.Node) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _captures(node: gs.Node) -> list[gs.Tensor]:
+    """The outer tensors `node`'s subgraph bodies read (`subgraph_reads`), as graphsurgeon's tensors."""
+    names = set(subgraph_reads(node))
+    found: dict[str, gs.Tensor] = {}
+
+    def visit(g: gs.Graph) -> None:
+        for n in g.nodes:
+            found.update((t.name, t) for t in n.inputs if t.name in names)
+            for v in n.attrs.values():
+                for sub in v if isinstance(v, list) else [v]:
+                    if isinstance(sub, gs.Graph):
+                        visit(sub)
+
+    for v in node.attrs.values():
+        for sub in v if isinstance(v, list) else [v]:
+            if isinstance(sub, gs.Graph):
+                visit(sub)
+    return list(found.values())
+
+
 def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
     """Tensors a kernel must compute at every element, even where nothing reads them: the results of integer Div
     and Mod whose divisor is not a constant free of zeros. onnxruntime fails the Run when any divisor element is
@@ -289,8 +309,9 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         return
     with L.collect_checks() as found:
         result = _lower_standalone(node, an) if (newer := _newer_definition(node, opset)) is None else newer
-    if isinstance(result, list) and (w := max((d.weight() for lz in result for d in lz.shape), default=0)) > \
-            MAX_SIZE_WEIGHT:
+    too_deep = isinstance(result, list) and (w := max((d.weight() for lz in result for d in lz.shape),
+                                                      default=0)) > MAX_SIZE_WEIGHT
+    if too_deep:
         result = Reject(f"its output sizes nest {w} min/max/division terms deep (above {MAX_SIZE_WEIGHT}); left to "
                         "onnxruntime, its outputs get sizes of their own")
     an.lowered[node.name] = result
@@ -312,9 +333,13 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
                                             rank_quirk=lz.empty_shape is not None, quirk_shape=lz.empty_shape)
         return
     # Left to onnxruntime: shapes from ONNX shape inference, values by running it when inputs are constant.
+    # a subgraph's captures count as inputs: an If of the Abs of an ArgMax with onnxruntime's empty-input shape has
+    # that shape too (fuzz case 4050 of seed 33000000: [0, 0, 8] where inference says [0, 0, 1], which a kernel
+    # after the If checked, and failed the Run where the original runs)
+    reads = [t for t in node.inputs if t.name] + _captures(node)
     if isinstance(result, L.RankQuirk) or _empty_quirk_left(node, an) or _rank_from_disputed_dim(node, an) or (any(
             (info := an.tensors.get(t.name)) is not None and (info.rank_quirk or _inference_disagrees(t, an) == "rank")
-            for t in node.inputs if t.name) and not _fails_on_quirk(node, an)):
+            for t in reads) and not _fails_on_quirk(node, an)):
         for o in outs:
             an.tensors[o.name] = TensorInfo(o.name, _np_name(o.dtype) if o.dtype is not None else None, None,
                                             rank_quirk=True)
@@ -325,7 +350,10 @@ def _analyze_node(node: gs.Node, an: Analysis, syms: _Symbols, opset: int) -> No
         arrays.append(info.known.array() if info and info.known else None)
     # An input whose shape evonnx computes otherwise than ONNX shape inference did makes the shapes inference
     # wrote for this node's outputs unreliable: they get sizes of their own, which kernels read at run time.
-    stale = any(_inference_disagrees(t, an) for t in node.inputs if t.name)
+    # So does a node whose sizes evonnx computed too deep to keep: inference's constants may not be onnxruntime's
+    # (fuzz case 5680 of seed 33000000: a Slice of step -3 from an end of INT64_MAX keeps one element of an axis of
+    # 1 in onnxruntime and none in inference, and a kernel after it checked for none).
+    stale = too_deep or any(_inference_disagrees(t, an) for t in reads)
     folded = None
     if node.inputs and all(a is not None or not t.name for a, t in zip(arrays, node.inputs)) and not node.domain:
         folded = _run_const_node(node, arrays, opset)
