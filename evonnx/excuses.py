@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from evonnx.model import infer_shapes
 from evonnx.passes.lower_groups import THRESHOLDS
@@ -41,17 +42,26 @@ def near_ties(original: onnx.ModelProto, feeds: Mapping[str, np.ndarray], chosen
     optimized model's."""
     picks = [n for n in original.graph.node if n.domain in ("", "ai.onnx")
              and ((n.op_type == "TopK" and len(n.output) > 1 and n.output[1] in chosen)
-                  or (n.op_type in THRESHOLDS and n.output[0] in chosen))]
+                  or (n.op_type in (*THRESHOLDS, "NonMaxSuppression") and n.output[0] in chosen))]
     if not picks:
         return False
     fed: dict[str, np.ndarray] = {}
+    inits = {t.name: t for t in original.graph.initializer}
     for n in picks:  # in graph order: each node's inputs as they are once the nodes before it took evonnx's choices
         out = n.output[1] if n.op_type == "TopK" else n.output[0]
-        operands = list(n.input[:1] if n.op_type == "TopK" else n.input[:2])
-        values = run(_fed(original, fed, [*operands, out]), {**feeds, **fed}, f"for the inputs of its {n.op_type}")
+        operands = list(n.input[:1] if n.op_type == "TopK" else n.input[:2] if n.op_type in THRESHOLDS else n.input)
+        asked = [t for t in operands if t and t not in inits]
+        values = run(_fed(original, fed, [*asked, out]), {**feeds, **fed}, f"for the inputs of its {n.op_type}")
         if values is None:
             return False
+        values = {**{t: numpy_helper.to_array(inits[t]) for t in operands if t in inits}, **values}
         mine, theirs = np.asarray(chosen[out]), values[out]
+        if n.op_type == "NonMaxSuppression":
+            if not nms_near_ties(n, [values[t] if t else None for t in operands], mine, theirs,
+                                 rtol.get("float32", 1e-4)):
+                return False
+            fed[out] = mine
+            continue
         if mine.shape != theirs.shape or mine.dtype != theirs.dtype:
             return False
         if n.op_type == "TopK":
@@ -100,6 +110,107 @@ def _fed(original: onnx.ModelProto, fed: Mapping[str, np.ndarray], extra: list[s
 def _axis(node: onnx.NodeProto, rank: int) -> int:
     axis = next((int(a.i) for a in node.attribute if a.name == "axis"), -1)
     return axis + rank if axis < 0 else axis
+
+
+def nms_near_ties(node: onnx.NodeProto, inputs: list[np.ndarray | None], mine: np.ndarray, theirs: np.ndarray,
+                  tol: float) -> bool:
+    """Whether the selection `mine` of a NonMaxSuppression differs from onnxruntime's `theirs` only by decisions
+    onnxruntime's own boxes and scores (`inputs`, as the node reads them) take at a near tie: a score within `tol`
+    of the score threshold or of another score (the order), an IoU within `tol` of the IoU threshold. Each class's
+    selection must be a greedy NMS of those values where every decision that is no near tie goes onnxruntime's
+    way: every box it selects a candidate, in score order, none suppressed by one selected before it, and every
+    candidate it leaves out suppressed by one selected before it or past `max_output_boxes_per_class`.
+    onnxruntime's own selection must pass the same test, so that a departure of this model of its arithmetic from
+    onnxruntime's refuses the excuse instead of granting it. NaN scores or boxes refuse it too."""
+    boxes, scores = inputs[0], inputs[1]
+    if boxes is None or scores is None or boxes.dtype != np.float32 or scores.dtype != np.float32 \
+            or boxes.ndim != 3 or scores.ndim != 3 or np.isnan(boxes).any() or np.isnan(scores).any():
+        return False
+    scalar = [None if (v := inputs[k] if k < len(inputs) else None) is None or v.size == 0 else float(v.ravel()[0])
+              for k in (2, 3, 4)]
+    top = int(scalar[0]) if scalar[0] is not None else 0
+    iou = np.float32(scalar[1]) if scalar[1] is not None else np.float32(0)
+    center = next((int(a.i) for a in node.attribute if a.name == "center_point_box"), 0)
+    geom = _nms_geometry(boxes, center)
+    for sel in (theirs, mine):
+        if sel.ndim != 2 or sel.shape[1:] != (3,) or sel.dtype != np.int64:
+            return False
+        if (sel[:, 0] < 0).any() or (sel[:, 0] >= scores.shape[0]).any() or (sel[:, 1] < 0).any() \
+                or (sel[:, 1] >= scores.shape[1]).any() or (sel[:, 2] < 0).any() or (sel[:, 2] >= boxes.shape[1]).any():
+            return False
+        for b in range(scores.shape[0]):
+            for c in range(scores.shape[1]):
+                picked = sel[(sel[:, 0] == b) & (sel[:, 1] == c), 2]
+                if not _greedy_within(geom[b], scores[b, c], picked, top, iou, scalar[2], tol):
+                    return False
+    # selections batch by batch, class by class, as onnxruntime writes them
+    order = mine[:, 0] * scores.shape[1] + mine[:, 1]
+    return bool((np.diff(order) >= 0).all())
+
+
+def _nms_geometry(boxes: np.ndarray, center: int) -> np.ndarray:
+    """[B, N, 5]: xmin, xmax, ymin, ymax, area of each box as onnxruntime's SuppressByIOU derives them, in float32."""
+    if center == 0:
+        y1, x1, y2, x2 = (boxes[..., k] for k in range(4))
+        xmin, xmax = np.where(x1 >= x2, x2, x1), np.where(x1 >= x2, x1, x2)
+        ymin, ymax = np.where(y1 >= y2, y2, y1), np.where(y1 >= y2, y1, y2)
+    else:
+        hw, hh = boxes[..., 2] / np.float32(2), boxes[..., 3] / np.float32(2)
+        xmin, xmax = boxes[..., 0] - hw, boxes[..., 0] + hw
+        ymin, ymax = boxes[..., 1] - hh, boxes[..., 1] + hh
+    with np.errstate(all="ignore"):
+        return np.stack([xmin, xmax, ymin, ymax, (xmax - xmin) * (ymax - ymin)], axis=-1).astype(np.float32)
+
+
+def _ious(g: np.ndarray, k: int, others: np.ndarray) -> np.ndarray:
+    """IoU of box `k` with `others` (indices) as SuppressByIOU computes it, NaN where it never suppresses."""
+    a, o = g[k], g[others]
+    with np.errstate(all="ignore"):
+        iw = np.minimum(a[1], o[:, 1]) - np.maximum(a[0], o[:, 0])
+        ih = np.minimum(a[3], o[:, 3]) - np.maximum(a[2], o[:, 2])
+        inter = iw * ih
+        uni = (a[4] + o[:, 4]) - inter
+        out = inter / uni
+    never = (iw <= 0) | (ih <= 0) | (inter <= 0) | (a[4] <= 0) | (o[:, 4] <= 0) | (uni <= 0) | ~np.isfinite(out)
+    return np.where(never, np.nan, out).astype(np.float32)
+
+
+def _greedy_within(g: np.ndarray, s: np.ndarray, picked: np.ndarray, top: int, iou: np.float32,
+                   threshold: float | None, tol: float) -> bool:
+    """`nms_near_ties` for one batch and class: `picked` the box indices selected, in order."""
+    def near(a: np.ndarray | float, b: float) -> np.ndarray:
+        a64 = np.asarray(a, np.float64)
+        return np.abs(a64 - b) <= tol * np.maximum(np.maximum(np.abs(a64), abs(b)), 1e-30)
+
+    if len(set(picked.tolist())) != len(picked) or len(picked) > max(top, 0):
+        return False
+    thr = None if threshold is None else float(np.float32(threshold))
+    surely = np.ones(s.shape, bool) if thr is None else (s > thr) & ~near(s, thr)
+    maybe = np.ones(s.shape, bool) if thr is None else (s > thr) | near(s, thr)
+    if not maybe[picked].all():
+        return False
+    scores = s.astype(np.float64)
+    for t in range(1, len(picked)):  # in score order, up to near-equal scores
+        if scores[picked[t]] > scores[picked[t - 1]] and not near(scores[picked[t]], scores[picked[t - 1]]):
+            return False
+    for t, k in enumerate(picked[1:], 1):  # none suppressed by one selected before it, up to near ties
+        v = _ious(g, int(k), picked[:t])
+        if ((v > iou) & ~near(v, float(iou))).any():
+            return False
+    left = np.flatnonzero(surely)
+    left = left[~np.isin(left, picked)]
+    if len(left) == 0:
+        return True
+    last = scores[picked[-1]] if len(picked) else np.inf
+    for r in left:  # each candidate left out: suppressed by one selected before it, or past the limit
+        before = picked[(scores[picked] > scores[r]) | near(scores[picked], scores[r])]
+        v = _ious(g, int(r), before) if len(before) else np.zeros(0, np.float32)
+        if ((v > iou) | near(v, float(iou))).any():
+            continue
+        if len(picked) == top and (scores[r] < last or near(scores[r], last)):
+            continue
+        return False
+    return True
 
 
 def from_empty_concat(original: onnx.ModelProto, name: str, feeds: Mapping[str, np.ndarray], run: Runner) -> bool:

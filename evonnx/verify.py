@@ -415,12 +415,13 @@ def _check_models(original: onnx.ModelProto, optimized: Path, library: Path, exa
 
     def optimized_choices(feeds: Mapping[str, np.ndarray], variant: str) -> dict[str, np.ndarray]:
         """The indices each TopK left in the optimized model chose on `feeds`, and the values of the original's
-        comparisons against a threshold that the optimized model computes, by name ({} where none)."""
+        comparisons against a threshold and NonMaxSuppressions that the optimized model computes, by name ({} where
+        none)."""
         model = onnx.load(str(optimized))
         names = [n.output[1] for n in model.graph.node if n.op_type == "TopK" and len(n.output) > 1 and n.output[1]]
         made = {t for n in model.graph.node for t in n.output}
-        names += [n.output[0] for n in original.graph.node if n.op_type in THRESHOLDS and n.output[0] in made
-                  and n.output[0] not in names]
+        names += [n.output[0] for n in original.graph.node if n.op_type in (*THRESHOLDS, "NonMaxSuppression")
+                  and n.output[0] in made and n.output[0] not in names]
         if not names:
             return {}
         model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names)

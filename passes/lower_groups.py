@@ -321,9 +321,9 @@ Origins = dict[str, frozenset[str]]
 # outputs of onnxruntime's nodes that carry no inexact value on: sizes, and TopK's indices, whose choices the check
 # replays in the original (excuses.near_ties), everything after them then computed from the same indices; and
 # NonMaxSuppression's selected indices, which its inputs decide only through comparisons (score order, IoU against
-# the threshold), as TopK's do: a last bit moves them only at a near tie. No excuse replays an NMS's choices, so the
-# check fails where one moved and the blame sends the kernels back. Without this, one kernel gathering the selected
-# boxes sent back every kernel before the NMS (yolov7's and YOLOv6's End2End exports, EfficientDet's BiFPN)
+# the threshold), as TopK's do: a last bit moves them only at a near tie, which the check replays too
+# (excuses.nms_near_ties). Without this, one kernel gathering the selected boxes sent back every kernel before the
+# NMS (yolov7's and YOLOv6's End2End exports, EfficientDet's BiFPN)
 _CLEAN_OUTPUTS = {"Shape": (0,), "Size": (0,), "TopK": (1,), "NonMaxSuppression": (0,)}
 
 

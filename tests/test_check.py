@@ -638,6 +638,52 @@ def test_a_threshold_that_decides_a_near_tie_otherwise_is_excused_and_nothing_mo
     assert result.topk_ties == 1
 
 
+def test_an_nms_that_decides_a_near_tie_otherwise_is_excused_and_nothing_more() -> None:
+    # An End2End export decodes its boxes in a kernel (a last bit off onnxruntime's) before its NonMaxSuppression:
+    # an IoU at the threshold, a score at the score threshold or two equal scores decide otherwise, and the boxes
+    # gathered after it differ. The check accepts the outputs that are the original's once the NMS takes the
+    # optimized model's selection, where every decision it takes otherwise is a near tie on onnxruntime's values.
+    from evonnx.verify import CheckResult, _topk_near_ties
+
+    i64 = TensorProto.INT64
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "top", "iou", "thr"], ["sel"]),
+         helper.make_node("Gather", ["sel", "two"], ["k"], axis=1),
+         helper.make_node("Squeeze", ["boxes", "zero"], ["b"]),
+         helper.make_node("Gather", ["b", "k"], ["y"], axis=0)], "g",
+        [_vi("boxes", F, [1, 5, 4]), _vi("scores", F, [1, 1, 5])], [_vi("sel", i64, ["K", 3]), _vi("y", F, ["K", 4])],
+        [numpy_helper.from_array(np.array([10], np.int64), "top"),
+         numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+         numpy_helper.from_array(np.array([0.25], np.float32), "thr"),
+         numpy_helper.from_array(np.array(2, np.int64), "two"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    # box 1 overlaps box 0 at an IoU of exactly 0.5 (not above: kept); box 3 has score 0.25, the threshold (not
+    # above: dropped); boxes 2 and 4 have equal scores (the lower index first); box 4 is far from every other
+    boxes = np.array([[[0, 0, 10, 10], [0, 0, 10, 5], [20, 20, 30, 30], [40, 40, 50, 50], [60, 60, 70, 70]]],
+                     np.float32)  # boxes 0 and 1: intersection 50, union 100
+    scores = np.array([[[0.9, 0.8, 0.5, 0.25, 0.5]]], np.float32)
+    feeds = {"boxes": boxes, "scores": scores}
+    theirs = evonnx.verify._run_reference(model, feeds, "")["sel"]  # type: ignore[index]
+    assert theirs[:, 2].tolist() == [0, 1, 2, 4]
+
+    def outputs(order: list[int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        sel = np.array([[0, 0, k] for k in order], np.int64).reshape(-1, 3)
+        return {"sel": sel}, {"sel": sel, "y": boxes[0][sel[:, 2]]}
+
+    result = CheckResult()
+    for near in ([0, 2, 4], [0, 1, 2, 4, 3], [0, 1, 4, 2]):  # IoU at the threshold, score at it, equal scores
+        chosen, got = outputs(near)
+        assert _topk_near_ties(model, feeds, chosen, got, {"sel"}, set(), result), near
+    assert result.topk_ties == 3
+    for far in ([0, 1, 2], [0, 2, 1, 4], [1, 0, 2, 4], [0, 1, 2, 4, 4], [0, 1, 2, 3, 4]):  # dropped, order, twice
+        chosen, got = outputs(far)
+        assert not _topk_near_ties(model, feeds, chosen, got, {"sel"}, set(), result), far
+    chosen, got = outputs([0, 2, 4])
+    assert not _topk_near_ties(model, feeds, chosen, {**got, "y": got["y"] + 1}, {"sel"}, set(), result)
+    assert result.topk_ties == 3
+
+
 def test_outputs_of_a_concat_onnxruntime_fills_from_memory_are_undefined() -> None:
     # onnxruntime skips empty inputs when it checks a Concat's shapes: [2, N, 3] with an empty [2, 1, 0] on axis 2
     # gives [2, 1, 6] at N = 0, filled from wherever its input pointers lead (fuzz seed 280022). Outputs computed
