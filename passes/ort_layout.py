@@ -86,6 +86,21 @@ def _silu_mul(n: gs.Node) -> bool:
     return False
 
 
+def _hardswish_mul(n: gs.Node) -> bool:
+    """Mul(x, HardSigmoid(x)) in either order, HardSigmoid's alpha 1/6 and beta 0.5: a HardSwish, as opset 13
+    exports of torch's hardswish spell it."""
+    if n.op != "Mul" or len(n.inputs) != 2:
+        return False
+    a, b = n.inputs
+    for x, h in ((a, b), (b, a)):
+        p = h.inputs[0] if h.inputs else None
+        if p is not None and p.op == "HardSigmoid" and p.inputs and p.inputs[0] is x and \
+                abs(float(p.attrs.get("alpha", 0.2)) - 1 / 6) < 1e-6 and \
+                abs(float(p.attrs.get("beta", 0.5)) - 0.5) < 1e-6:
+            return True
+    return False
+
+
 def layout_chain(graph: gs.Graph) -> dict[str, str]:
     """Node name -> why onnxruntime keeps it: activations of convolutions, the blocked-layout chain between
     convolutions, and the Transpose / scale folded into a MatMul. `graph` is toposorted."""
@@ -106,6 +121,12 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
         elif _silu_mul(n) and all(t.name in blocked for t in data):
             activation[n.name] = ("the Mul of a SiLU on a convolution's output, which "
                                   "onnxruntime runs as one vectorised QuickGelu in its blocked layout")
+            blocked.update(outs)
+        elif _hardswish_mul(n) and all(t.name in blocked for t in data):
+            # onnxruntime folds Conv -> HardSigmoid -> Mul into one convolution with a HardSwish activation: a
+            # kernel taking the Mul left the HardSigmoid alone and added a reorder (YOLOv6-lite's backbone)
+            activation[n.name] = ("the Mul of a HardSwish on a convolution's output, which onnxruntime folds into "
+                                  "the convolution (activation HardSwish)")
             blocked.update(outs)
         elif n.op in CHAIN and data and all(t.name in blocked for t in data) and \
                 (n.op != "Concat" or n.attrs.get("axis", 0) in (1, -3)):

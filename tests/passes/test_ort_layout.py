@@ -101,6 +101,41 @@ def test_mish_between_convolutions_is_fused(tmp_path) -> None:  # noqa: ANN001
     assert [k.source_ops for k in res.kernels] == [("Softplus", "Tanh", "Mul")]
 
 
+@pytest.mark.parametrize(("alpha", "folded"), [(1 / 6, True), (0.2, False)])
+def test_a_hardswish_of_a_convolution_stays_folded_into_it(alpha: float, folded: bool, tmp_path) -> None:  # noqa: ANN001
+    """onnxruntime folds Conv -> HardSigmoid(alpha 1/6, beta 0.5) -> Mul(x, .) into one convolution with a HardSwish
+    activation (opset 13 exports of torch's hardswish; YOLOv6-lite's backbone, then a channel split). A kernel
+    taking the Mul with the Slices after it left the HardSigmoid alone and added a reorder: the Mul stays with
+    onnxruntime, the Slices are fused. Another alpha is no HardSwish: onnxruntime folds nothing, the Mul is fused."""
+    import onnxruntime as ort
+
+    inits: list = []
+    n = [_conv("c1", "x", "a", 16, 32, inits),
+         helper.make_node("HardSigmoid", ["a"], ["h"], name="hsig", alpha=alpha, beta=0.5),
+         helper.make_node("Mul", ["a", "h"], ["m"], name="hswish"),
+         helper.make_node("Slice", ["m", "s0", "s1", "ax"], ["p"], name="half0"),
+         helper.make_node("Slice", ["m", "s1", "s2", "ax"], ["q"], name="half1"),
+         helper.make_node("Add", ["p", "q"], ["y"], name="add")]
+    inits += [numpy_helper.from_array(np.array([v], np.int64), k) for k, v in
+              (("s0", 0), ("s1", 16), ("s2", 32), ("ax", 1))]
+    g = helper.make_graph(n, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    acts = [a.s for n in onnx.load(str(tmp_path / "ort.onnx")).graph.node if n.op_type == "Conv"
+            for a in n.attribute if a.name == "activation"]
+    assert (acts == [b"HardSwish"]) is folded, acts  # what onnxruntime 1.31 does, pinned
+    result = run_pipeline(load_model(path))
+    fused = _fused_nodes(result)
+    assert ("hswish" not in fused) is folded and {"half0", "half1"} <= fused, result.plan.rejected
+    import evonnx
+
+    evonnx.optimize(path, tmp_path / "m.opt.onnx", guard=False)  # and it matches onnxruntime
+
+
 def _constant_sizes_model() -> onnx.ModelProto:
     """Resize sizes computed from ReduceMax of a constant (torchvision's transform does this): onnxruntime folds
     them at session start; then an elementwise tail evonnx may fuse."""
