@@ -101,6 +101,33 @@ def _hardswish_mul(n: gs.Node) -> bool:
     return False
 
 
+def _gelu_nodes(graph: gs.Graph) -> list[str]:
+    """The nodes of each Gelu written with Erf: Div(x, c) or Mul(x, c) -> Erf -> Add(1) -> Mul(x) and Mul(0.5) in
+    either order, and a bias Add that computes x."""
+    out: list[str] = []
+    for e in graph.nodes:
+        if e.op != "Erf" or not e.inputs or not e.inputs[0].inputs or len(e.outputs[0].outputs) != 1:
+            continue
+        d = e.inputs[0].inputs[0]
+        a = e.outputs[0].outputs[0]
+        if d.op not in ("Div", "Mul") or len(d.inputs) != 2 or not _is_const(d.inputs[1]) or a.op != "Add":
+            continue
+        x = d.inputs[0]
+        chain, t = [d, e, a], a.outputs[0]
+        for _ in range(2):
+            if len(t.outputs) != 1 or t.outputs[0].op != "Mul":
+                break
+            chain.append(t.outputs[0])
+            t = t.outputs[0].outputs[0]
+        if len(chain) < 5 or not any(i is x for m in chain[3:] for i in m.inputs):
+            continue
+        bias = x.inputs[0] if x.inputs else None
+        if bias is not None and bias.op == "Add" and any(_is_const(i) for i in bias.inputs):
+            chain.append(bias)
+        out += [n.name for n in chain]
+    return out
+
+
 def layout_chain(graph: gs.Graph) -> dict[str, str]:
     """Node name -> why onnxruntime keeps it: activations of convolutions, the blocked-layout chain between
     convolutions, and the Transpose / scale folded into a MatMul. `graph` is toposorted."""
@@ -141,6 +168,10 @@ def layout_chain(graph: gs.Graph) -> dict[str, str]:
             feeds_blocked.add(n.name)
             leave[n.name] = (f"a {n.op} between convolutions, which onnxruntime runs in its "
                              f"blocked layout (a kernel there costs a layout reorder on each side)")
+    # The erf form of Gelu, x * 0.5 * (1 + erf(x / sqrt 2)), with the bias Add before it: onnxruntime fuses the
+    # chain into one Gelu (BiasGelu)
+    for name in _gelu_nodes(graph):
+        leave.setdefault(name, "a node of a Gelu (erf form), which onnxruntime fuses into one Gelu")
     # Transposes first: a scalar Mul feeding a MatMul through a Transpose is folded as well (onnxruntime's
     # transpose optimizer moves the Transpose ahead of the Mul; the ONNX FlexAttention function's K * scale). A
     # Div by a scalar constant is folded alike (its MatMulScaleFusion; fuzz case 416: x / 65504 then MatMul gave
