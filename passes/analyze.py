@@ -193,34 +193,21 @@ def _too_big_to_fold(m: onnx.ModelProto, feed: dict[str, np.ndarray]) -> bool:
 def subgraph_reads(node: gs.Node) -> list[str]:
     """Names of the outer tensors that `node`'s subgraph bodies (If, Loop, Scan; at any depth) read: its implicit
     inputs. Every pass that asks who reads a tensor counts them, or a capture would break."""
-    out: list[str] = []
+    return [t.name for t in _captures(node)]
+
+
+def _captures(node: gs.Node) -> list[gs.Tensor]:
+    """`subgraph_reads` as graphsurgeon's tensors, each once, in the order first read."""
+    out: dict[str, gs.Tensor] = {}
     for v in node.attrs.values():
         for sub in v if isinstance(v, list) else [v]:
             if isinstance(sub, gs.Graph):
                 inner = {t.name for t in sub.inputs} | {t.name for n in sub.nodes for t in n.outputs}
                 for n in sub.nodes:
-                    out += [t for t in [x.name for x in n.inputs if x.name] + subgraph_reads(n) if t not in inner]
-    return list(dict.fromkeys(out))
-
-
-def _captures(node: gs.Node) -> list[gs.Tensor]:
-    """The outer tensors `node`'s subgraph bodies read (`subgraph_reads`), as graphsurgeon's tensors."""
-    names = set(subgraph_reads(node))
-    found: dict[str, gs.Tensor] = {}
-
-    def visit(g: gs.Graph) -> None:
-        for n in g.nodes:
-            found.update((t.name, t) for t in n.inputs if t.name in names)
-            for v in n.attrs.values():
-                for sub in v if isinstance(v, list) else [v]:
-                    if isinstance(sub, gs.Graph):
-                        visit(sub)
-
-    for v in node.attrs.values():
-        for sub in v if isinstance(v, list) else [v]:
-            if isinstance(sub, gs.Graph):
-                visit(sub)
-    return list(found.values())
+                    for t in [x for x in n.inputs if x.name] + _captures(n):
+                        if t.name not in inner:
+                            out.setdefault(t.name, t)
+    return list(out.values())
 
 
 def computed_whole(graph: gs.Graph, an: Analysis) -> set[str]:
